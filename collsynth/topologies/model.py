@@ -1,0 +1,224 @@
+"""The topology model shared by every stage (DESIGN.md, "Topology").
+
+Ranks are 0..n-1. A `Link` is directed and carries two cost models at once:
+- `bandwidth`: chunks the link carries per round (the SMT/SCCL model), an integer >= 1;
+- `alpha_us`, `beta_us_per_mb`: the alpha-beta model (MILP, simulator): moving m MB costs
+  alpha_us + m * beta_us_per_mb microseconds.
+A `Switch` is a set of links that share one budget (an NVSwitch port, a NIC shared by GPUs): at most
+`bandwidth` chunks per round cross all of its links together, and under the alpha-beta model the
+transfers on its links serialize at `beta_us_per_mb`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import networkx as nx
+
+from collsynth.errors import CollsynthError
+
+# Default alpha-beta costs by link class (V100 NVLink / InfiniBand EDR as in TACCL's NDv2 profile).
+NVLINK_ALPHA_US = 0.7
+NVLINK_BETA_US_PER_MB = 46.0
+IB_ALPHA_US = 2.6
+IB_BETA_US_PER_MB = 105.0
+
+
+class TopologyError(CollsynthError):
+    """A topology that is malformed or cannot be built (the message says what and how to fix it)."""
+
+
+@dataclass(frozen=True)
+class Link:
+    src: int
+    dst: int
+    bandwidth: int = 1
+    alpha_us: float = NVLINK_ALPHA_US
+    beta_us_per_mb: float = NVLINK_BETA_US_PER_MB
+    kind: str = "nvlink"
+
+    def cost_us(self, megabytes: float) -> float:
+        """Alpha-beta time of one transfer of `megabytes` on this link."""
+        return self.alpha_us + megabytes * self.beta_us_per_mb
+
+
+@dataclass(frozen=True)
+class Switch:
+    name: str
+    links: frozenset[tuple[int, int]]
+    bandwidth: int = 1
+    beta_us_per_mb: float = NVLINK_BETA_US_PER_MB
+
+
+@dataclass(frozen=True)
+class Topology:
+    name: str
+    num_ranks: int
+    links: tuple[Link, ...]
+    switches: tuple[Switch, ...] = ()
+    # Node index of each rank, for multi-node topologies; None means one node.
+    nodes: tuple[int, ...] | None = None
+    # Ranks that share each NIC (for sketches / NIC-aware encodings); empty when unknown.
+    nics: tuple[tuple[int, ...], ...] = ()
+    description: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if self.num_ranks < 1:
+            raise TopologyError(f"topology {self.name!r}: needs at least 1 rank, got {self.num_ranks}")
+        seen: set[tuple[int, int]] = set()
+        for link in self.links:
+            if not (0 <= link.src < self.num_ranks and 0 <= link.dst < self.num_ranks):
+                raise TopologyError(f"topology {self.name!r}: link {link.src}->{link.dst} names a rank outside "
+                                    f"0..{self.num_ranks - 1}")
+            if link.src == link.dst:
+                raise TopologyError(f"topology {self.name!r}: self-link on rank {link.src}; remove it")
+            if link.bandwidth < 1:
+                raise TopologyError(f"topology {self.name!r}: link {link.src}->{link.dst} has bandwidth "
+                                    f"{link.bandwidth}; use an integer >= 1 or omit the link")
+            if (link.src, link.dst) in seen:
+                raise TopologyError(f"topology {self.name!r}: link {link.src}->{link.dst} is listed twice; "
+                                    "merge them into one link with the summed bandwidth")
+            seen.add((link.src, link.dst))
+        for switch in self.switches:
+            missing = sorted(set(switch.links) - seen)
+            if missing:
+                raise TopologyError(f"topology {self.name!r}: switch {switch.name!r} names links {missing[:3]} "
+                                    "that the topology does not have")
+        if self.nodes is not None and len(self.nodes) != self.num_ranks:
+            raise TopologyError(f"topology {self.name!r}: 'nodes' has {len(self.nodes)} entries for "
+                                f"{self.num_ranks} ranks")
+
+    # --- lookups -------------------------------------------------------------------------------
+    @cached_property
+    def link_map(self) -> Mapping[tuple[int, int], Link]:
+        return {(link.src, link.dst): link for link in self.links}
+
+    def link(self, src: int, dst: int) -> Link | None:
+        return self.link_map.get((src, dst))
+
+    def has_link(self, src: int, dst: int) -> bool:
+        return (src, dst) in self.link_map
+
+    def bandwidth(self, src: int, dst: int) -> int:
+        link = self.link_map.get((src, dst))
+        return link.bandwidth if link else 0
+
+    @cached_property
+    def out_neighbors(self) -> tuple[tuple[int, ...], ...]:
+        out: list[list[int]] = [[] for _ in range(self.num_ranks)]
+        for link in self.links:
+            out[link.src].append(link.dst)
+        return tuple(tuple(sorted(x)) for x in out)
+
+    @cached_property
+    def in_neighbors(self) -> tuple[tuple[int, ...], ...]:
+        inn: list[list[int]] = [[] for _ in range(self.num_ranks)]
+        for link in self.links:
+            inn[link.dst].append(link.src)
+        return tuple(tuple(sorted(x)) for x in inn)
+
+    def node_of(self, rank: int) -> int:
+        return 0 if self.nodes is None else self.nodes[rank]
+
+    @property
+    def num_nodes(self) -> int:
+        return 1 if self.nodes is None else len(set(self.nodes))
+
+    def graph(self) -> nx.DiGraph:
+        """A networkx view (edge attributes are the link's fields)."""
+        g = nx.DiGraph()
+        g.add_nodes_from(range(self.num_ranks))
+        for link in self.links:
+            g.add_edge(link.src, link.dst, bandwidth=link.bandwidth, alpha_us=link.alpha_us,
+                       beta_us_per_mb=link.beta_us_per_mb, kind=link.kind)
+        return g
+
+    @cached_property
+    def distances(self) -> tuple[tuple[float, ...], ...]:
+        """Hop distance between every pair of ranks (inf when unreachable)."""
+        lengths = dict(nx.all_pairs_shortest_path_length(self.graph()))
+        inf = float("inf")
+        return tuple(tuple(lengths[s].get(d, inf) for d in range(self.num_ranks)) for s in range(self.num_ranks))
+
+    # --- identity and serialization -------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "num_ranks": self.num_ranks,
+            "links": [
+                {"src": link.src, "dst": link.dst, "bandwidth": link.bandwidth, "alpha_us": link.alpha_us,
+                 "beta_us_per_mb": link.beta_us_per_mb, "kind": link.kind}
+                for link in self.links
+            ],
+            "switches": [
+                {"name": sw.name, "links": sorted([list(x) for x in sw.links]), "bandwidth": sw.bandwidth,
+                 "beta_us_per_mb": sw.beta_us_per_mb}
+                for sw in self.switches
+            ],
+            "nodes": list(self.nodes) if self.nodes is not None else None,
+            "nics": [list(nic) for nic in self.nics],
+            "description": self.description,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Topology:
+        try:
+            links = tuple(
+                Link(int(x["src"]), int(x["dst"]), int(x.get("bandwidth", 1)),
+                     float(x.get("alpha_us", NVLINK_ALPHA_US)), float(x.get("beta_us_per_mb", NVLINK_BETA_US_PER_MB)),
+                     str(x.get("kind", "nvlink")))
+                for x in data["links"]
+            )
+            switches = tuple(
+                Switch(str(s["name"]), frozenset((int(a), int(b)) for a, b in s["links"]), int(s.get("bandwidth", 1)),
+                       float(s.get("beta_us_per_mb", NVLINK_BETA_US_PER_MB)))
+                for s in data.get("switches", [])
+            )
+            nodes = data.get("nodes")
+            return cls(
+                name=str(data.get("name", "custom")),
+                num_ranks=int(data["num_ranks"]),
+                links=links,
+                switches=switches,
+                nodes=tuple(int(x) for x in nodes) if nodes is not None else None,
+                nics=tuple(tuple(int(r) for r in nic) for nic in data.get("nics", [])),
+                description=str(data.get("description", "")),
+            )
+        except KeyError as exc:
+            raise TopologyError(f"topology JSON is missing the field {exc.args[0]!r}; see docs/formats.md") from None
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, TopologyError):
+                raise
+            raise TopologyError(f"topology JSON has a malformed field ({exc}); see docs/formats.md") from None
+
+    def fingerprint(self) -> str:
+        """A stable hash of everything that affects algorithms (not the name or description)."""
+        data = self.to_dict()
+        data.pop("name")
+        data.pop("description")
+        data["links"].sort(key=lambda x: (x["src"], x["dst"]))
+        data["switches"].sort(key=lambda x: (x["links"], x["bandwidth"]))
+        for sw in data["switches"]:
+            sw.pop("name")
+        blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def __str__(self) -> str:
+        return f"Topology({self.name}, {self.num_ranks} ranks, {len(self.links)} links, {len(self.switches)} switches)"
+
+
+def links_from_matrix(matrix: Iterable[Iterable[int]], *, alpha_us: float = NVLINK_ALPHA_US,
+                      beta_us_per_mb: float = NVLINK_BETA_US_PER_MB, kind: str = "nvlink") -> tuple[Link, ...]:
+    """Links from an adjacency matrix of link counts; a pair with k parallel links gets bandwidth k and
+    k times the per-link bandwidth (beta / k) under the alpha-beta model."""
+    links = []
+    for src, row in enumerate(matrix):
+        for dst, count in enumerate(row):
+            if count:
+                links.append(Link(src, dst, int(count), alpha_us, beta_us_per_mb / count, kind))
+    return tuple(links)
