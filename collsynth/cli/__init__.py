@@ -31,7 +31,8 @@ def main() -> None:
 
 
 # Command modules, each exposing click commands/groups in `COMMANDS`.
-_MODULES = ("topo", "synth", "milp", "compile", "run", "lower", "sim", "catalog", "regress", "export")
+# `COMMANDS` are added to the top level, `SYNTH_COMMANDS` to the `synth` group.
+_MODULES = ("topo", "synth", "milp", "compile", "algorithms", "run", "lower", "sim", "catalog", "regress", "export")
 
 for _name in _MODULES:
     try:
@@ -42,3 +43,8 @@ for _name in _MODULES:
         continue
     for _command in getattr(_module, "COMMANDS", ()):
         main.add_command(_command)
+
+for _name in _MODULES:
+    _module = sys.modules.get(f"collsynth.cli.{_name}")
+    for _command in getattr(_module, "SYNTH_COMMANDS", ()):
+        main.commands["synth"].add_command(_command)  # type: ignore[attr-defined]

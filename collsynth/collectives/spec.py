@@ -180,7 +180,8 @@ class Collective:
                 inplace=bool(data.get("inplace", False)),
             )
         except KeyError as exc:
-            raise CollectiveError(f"collective JSON is missing the field {exc.args[0]!r}; see docs/formats.md") from None
+            field_name = exc.args[0]
+            raise CollectiveError(f"collective JSON is missing the field {field_name!r}; see docs/formats.md") from None
         except (TypeError, ValueError) as exc:
             if isinstance(exc, CollectiveError):
                 raise
