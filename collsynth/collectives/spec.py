@@ -171,6 +171,12 @@ class Collective:
             if name in STANDARD and "inputs" not in data:
                 return make_collective(name, int(data["num_ranks"]), int(data.get("chunks", 1)),
                                        root=data.get("root"), inplace=bool(data.get("inplace", False)))
+            if name in STANDARD:
+                # A full to_dict() of a standard collective: rebuild it as standard (keeps its root) when
+                # the placements are the standard ones.
+                standard = _standard_if_same(name, data)
+                if standard is not None:
+                    return standard
             return custom_collective(
                 name=str(data["name"]), num_ranks=int(data["num_ranks"]),
                 inputs=[tuple(int(v) for v in x) for x in data["inputs"]],
@@ -309,6 +315,21 @@ def custom_collective(name: str, num_ranks: int, inputs: Sequence[Sequence[int]]
     out_size = output_chunks if output_chunks is not None else 1 + max(i for _, _, i in outs)
     return Collective(name, num_ranks, chunks, num_chunks, int(in_size), int(out_size), ins, outs, combining, None,
                       inplace)
+
+
+def _standard_if_same(name: str, data: Mapping[str, Any]) -> Collective | None:
+    """The standard collective `name` described by `data`, if `data`'s placements are exactly its layout."""
+    try:
+        standard = make_collective(name, int(data["num_ranks"]), int(data.get("chunks", 1)), root=data.get("root"),
+                                   inplace=bool(data.get("inplace", False)))
+    except CollectiveError:
+        return None
+    ins = sorted(tuple(int(v) for v in x) for x in data["inputs"])
+    outs = sorted(tuple(int(v) for v in x) for x in data["outputs"])
+    if (ins == sorted(standard.inputs) and outs == sorted(standard.outputs)
+            and bool(data.get("combining", False)) == standard.combining):
+        return standard
+    return None
 
 
 def load_collective(path: str | Path) -> Collective:

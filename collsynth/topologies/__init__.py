@@ -1,15 +1,43 @@
-"""Topologies: the model, built-ins by name, JSON I/O (DESIGN.md, "Topology")."""
+"""Topologies: the model, built-ins by name, JSON I/O, drawing (DESIGN.md, "Topology").
 
-from collsynth.topologies.library import builtin, dgx1, fully_connected, line, ring
+`from collsynth.topologies import *` gives MSCCLang's topology builders (`fully_connected(size)`,
+`ring(size)`, `line(size)`, `star(size)`, `hub_and_spoke(size)`, `dgx1()`, `dgx_a100()`, `amd4()`,
+`amd8()`, `nvlink_only()`), returning our `Topology`.
+"""
+
+from collsynth.topologies.draw import draw_topology
+from collsynth.topologies.io import load_topology, resolve_topology, save_topology
+from collsynth.topologies.library import (
+    BUILTIN_TOPOLOGIES,
+    BUILTINS,
+    LINK_CLASSES,
+    BuiltinTopology,
+    LinkClass,
+    amd4,
+    amd8,
+    builtin,
+    dgx1,
+    dgx2,
+    dgx_a100,
+    fully_connected,
+    h100_nvswitch,
+    hub_and_spoke,
+    hypercube,
+    line,
+    mesh2d,
+    multi_node,
+    ndv2,
+    ndv4,
+    nvlink_only,
+    ring,
+    star,
+    torus,
+)
 from collsynth.topologies.model import Link, Switch, Topology, TopologyError, links_from_matrix
 
-
-def resolve_topology(spec: str) -> Topology:
-    """A built-in name (`ring:8`) or a path to a JSON file (ours or a TACCL profile)."""
-    return builtin(spec)
-
-
 __all__ = [
-    "Link", "Switch", "Topology", "TopologyError", "builtin", "dgx1", "fully_connected", "line",
-    "links_from_matrix", "resolve_topology", "ring",
+    "BUILTINS", "BUILTIN_TOPOLOGIES", "LINK_CLASSES", "BuiltinTopology", "Link", "LinkClass", "Switch", "Topology",
+    "TopologyError", "amd4", "amd8", "builtin", "dgx1", "dgx2", "dgx_a100", "draw_topology", "fully_connected",
+    "h100_nvswitch", "hub_and_spoke", "hypercube", "line", "links_from_matrix", "load_topology", "mesh2d",
+    "multi_node", "ndv2", "ndv4", "nvlink_only", "resolve_topology", "ring", "save_topology", "star", "torus",
 ]
