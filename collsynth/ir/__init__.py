@@ -96,7 +96,7 @@ class Gpu:
 @dataclass(frozen=True)
 class Algo:
     name: str
-    collective: str  # MSCCL `coll` spelling: allgather, allreduce, alltoall, reduce_scatter, ...
+    collective: str  # MSCCL `coll` spelling: allgather, allreduce, alltoall, reducescatter, ... (coll_spelling)
     proto: str
     nchannels: int
     nchunksperloop: int
@@ -122,3 +122,16 @@ class Algo:
                 f"nchannels={self.nchannels} nchunksperloop={self.nchunksperloop} "
                 f"inplace={int(self.inplace)} bytes=[{self.min_bytes}, {self.max_bytes or 'inf'}]")
         return "\n".join([head] + [str(gpu) for gpu in self.gpus])
+
+
+# The `coll` values the current MSCCL loaders (msccl-executor-nccl, RCCL) accept, plus `custom` (the older MSCCL
+# loader's name for a user-defined collective); see collsynth/emit/msccl_xml.py.
+MSCCL_COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce", "gather",
+                     "scatter", "alltoallv", "send", "recv", "custom")
+
+
+def coll_spelling(name: str) -> str:
+    """The MSCCL `coll` spelling of a collective name: `ReduceScatter`/`reduce_scatter` -> `reducescatter`,
+    `AllGather` -> `allgather`; a user-defined collective -> `custom` (run it with its Collective)."""
+    key = "".join(ch for ch in name.lower() if ch.isalnum())
+    return key if key in MSCCL_COLLECTIVES else "custom"

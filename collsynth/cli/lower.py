@@ -1,0 +1,62 @@
+"""`collsynth lower`: a synthesized algorithm (JSON) -> a DSL program file and/or MSCCL-IR XML."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import click
+
+from collsynth.synth import Algorithm, verify
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write via a temp file in the same folder and rename, so nothing half-written is left."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@click.command()
+@click.argument("algorithm", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the DSL program (Python) here.")
+@click.option("--xml", "xml_path", type=click.Path(dir_okay=False), help="Compile and write MSCCL-IR XML here.")
+@click.option("--instances", default=1, show_default=True, type=click.IntRange(1, 32))
+@click.option("--protocol", default="Simple", show_default=True, type=click.Choice(["Simple", "LL", "LL128"]))
+@click.option("--size", default="1MB", show_default=True, help="Buffer size the interpreter checks the XML with.")
+def lower(algorithm: str, output: str | None, xml_path: str | None, instances: int, protocol: str, size: str) -> None:
+    """Lower a synthesized ALGORITHM (JSON) to a DSL program and/or compiled XML.
+
+    The algorithm is verified first; the compiled IR is run through the reference interpreter before any
+    XML is written. With neither -o nor --xml, the program is printed."""
+    from collsynth.compiler import compile_program
+    from collsynth.emit.msccl_xml import write_xml
+    from collsynth.language.lower import lower_to_program, program_to_python
+    from collsynth.runtime import execute
+    from collsynth.units import parse_size
+
+    algo = Algorithm.load(algorithm)
+    verify(algo)
+    program = lower_to_program(algo, instances=instances, protocol=protocol)
+    if output:
+        write_atomic(Path(output), program_to_python(program, source=Path(algorithm).name))
+        click.echo(f"wrote {output} ({len(program.ops)} ops)")
+    if xml_path:
+        ir = compile_program(program)
+        result = execute(ir, backend="cpu", nbytes=parse_size(size))
+        if not result.passed:
+            raise click.ClickException(f"the compiled program fails the interpreter: {result.message}")
+        write_xml(ir, xml_path)
+        click.echo(f"wrote {xml_path} ({ir.ngpus} GPUs, {ir.num_steps} steps; interpreter: PASS)")
+    if not output and not xml_path:
+        click.echo(str(program))
+
+
+COMMANDS = (lower,)

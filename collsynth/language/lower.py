@@ -1,0 +1,224 @@
+"""Lowering a synthesized `Algorithm` (SMT or MILP) to a DSL `Program` (DESIGN.md, "Program").
+
+Where a chunk lives on a rank:
+- its *start* slot: the input slot, on ranks that hold (or contribute to) it at the start;
+- its *home* slot: the output slot on ranks that must hold it at the end (the postcondition); a scratch
+  slot on ranks that only relay it (or, for combining collectives, accumulate a partial sum they pass on).
+A send `c: s -> d` reads the chunk where `s` has it now and writes `d`'s home slot:
+- copy:   home(c, d) := current(c, s)
+- reduce: home(c, d) += current(c, s); the receiver's own slot is the local operand. When `d` still holds
+  its contribution only in its input slot, that is copied to its home slot first (out-of-place), so the
+  input buffer is never written.
+Sends of one step read the state at the start of the step: within a step, an op that reads a slot is
+emitted before an op that writes it; where two ops would each overwrite the other's source (a swap), one
+source is staged in scratch first. At the end, a rank that must hold a chunk it had from the start (e.g.
+its own AllGather chunk) copies it from input to output.
+
+Programs are built with the DSL's `ProgramBuilder`, so the symbolic checks of the DSL (stale references,
+reads of unwritten slots, the postcondition) apply to lowered programs too.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from collections import defaultdict
+
+from collsynth.collectives import STANDARD, make_collective
+from collsynth.language.builder import ProgramBuilder
+from collsynth.language.program import Program, ProgramError, alias_slot
+from collsynth.synth.algorithm import REDUCE, Algorithm, Send
+from collsynth.topologies import TopologyError, resolve_topology
+
+INPUT, OUTPUT, SCRATCH = "input", "output", "scratch"
+Slot = tuple[str, int]  # (buffer, index) on a known rank
+
+
+class LoweringError(ProgramError):
+    """An algorithm that cannot be expressed as a DSL program (the message names the send)."""
+
+
+def lower_to_program(algorithm: Algorithm, *, instances: int = 1, protocol: str = "Simple", name: str | None = None,
+                     inplace: bool | None = None) -> Program:
+    """A DSL program that moves (and reduces) chunks exactly as `algorithm` does."""
+    coll = algorithm.collective if inplace is None else algorithm.collective.with_inplace(inplace)
+    builder = ProgramBuilder(name or algorithm.name, algorithm.topology, coll, instances=instances,
+                             protocol=protocol)
+    _Lowering(builder, algorithm, coll).run()
+    problems = builder.check()
+    if problems:
+        raise LoweringError(f"lowered program {builder.name!r} fails its postcondition: {problems[0]}")
+    return builder.build()
+
+
+class _Lowering:
+    def __init__(self, builder: ProgramBuilder, algorithm: Algorithm, coll) -> None:
+        self.builder, self.algorithm, self.coll = builder, algorithm, coll
+        self.current: dict[tuple[int, int], Slot] = {}  # (chunk, rank) -> where the rank holds it now
+        self.scratch: dict[tuple[int, int], Slot] = {}  # (chunk, rank) -> its scratch home
+        self.scratch_used: defaultdict[int, int] = defaultdict(int)
+        for c, r, i in coll.inputs:
+            self.current[(c, r)] = self._alias(r, INPUT, i)
+
+    def _alias(self, rank: int, buffer: str, index: int) -> Slot:
+        return alias_slot(self.coll, rank, buffer, index)
+
+    def _new_scratch(self, rank: int) -> Slot:
+        index = self.scratch_used[rank]
+        self.scratch_used[rank] += 1
+        return (SCRATCH, index)
+
+    def home(self, chunk: int, rank: int) -> Slot:
+        if rank in self.coll.post[chunk]:
+            return self._alias(rank, OUTPUT, self.coll.output_index(chunk, rank))
+        if not self.coll.combining and (chunk, rank) in self.current:
+            return self.current[(chunk, rank)]  # a non-combining chunk never changes: keep it where it is
+        if (chunk, rank) not in self.scratch:
+            self.scratch[(chunk, rank)] = self._new_scratch(rank)
+        return self.scratch[(chunk, rank)]
+
+    def run(self) -> None:
+        for t, step in enumerate(self.algorithm.steps):
+            self._lower_step(t, _dedupe(step.sends, self.coll.combining, self.current))
+        for c in range(self.coll.num_chunks):
+            for r in sorted(self.coll.post[c]):
+                where, home = self.current.get((c, r)), self.home(c, r)
+                if where is None:
+                    raise LoweringError(f"{self.algorithm.name}: rank {r} never receives chunk {c}")
+                if where != home:
+                    self._copy(r, where, r, home)
+                    self.current[(c, r)] = home
+
+    def _lower_step(self, t: int, sends: list[Send]) -> None:
+        # Plan every op against the state at the start of the step.
+        planned = []
+        for send in sends:
+            src = self.current.get((send.chunk, send.src))
+            if src is None:
+                raise LoweringError(f"{self.algorithm.name}: step {t}: rank {send.src} sends chunk {send.chunk} "
+                                    "before holding it")
+            planned.append((send, src, self.home(send.chunk, send.dst)))
+        for send, src, dst in self._order_reads_before_writes(planned):
+            key = (send.chunk, send.dst)
+            if send.op == REDUCE:
+                here = self.current.get(key)
+                if here is None:
+                    raise LoweringError(f"{self.algorithm.name}: step {t}: rank {send.dst} reduces into chunk "
+                                        f"{send.chunk} without holding a contribution")
+                if here != dst:  # out-of-place: bring the local contribution to its home first
+                    self._copy(send.dst, here, send.dst, dst)
+                self._reduce(send.src, src, send.dst, dst)
+            else:
+                self._copy(send.src, src, send.dst, dst)
+            # Sources were fixed when planning, so updating now only affects later reductions into `key`.
+            self.current[key] = dst
+
+    def _order_reads_before_writes(self, planned: list) -> list:
+        """Program order for one step: an op reading slot X precedes every op writing X (Kahn's algorithm);
+        a cycle (two ops overwriting each other's source) is broken by staging a source in scratch."""
+        writers: defaultdict[tuple[int, Slot], list[int]] = defaultdict(list)
+        for k, (send, _, dst) in enumerate(planned):
+            writers[(send.dst, dst)].append(k)
+        planned = list(planned)
+        while True:
+            after: list[set[int]] = [set() for _ in planned]  # k -> ops that must come after k
+            indegree = [0] * len(planned)
+            for k, (send, src, _) in enumerate(planned):
+                for w in writers.get((send.src, src), ()):
+                    if w != k and w not in after[k]:
+                        after[k].add(w)
+                        indegree[w] += 1
+            ready = [k for k in range(len(planned)) if indegree[k] == 0]  # a heap: keep the algorithm's order
+            order: list[int] = []
+            while ready:
+                k = heapq.heappop(ready)
+                order.append(k)
+                for w in after[k]:
+                    indegree[w] -= 1
+                    if indegree[w] == 0:
+                        heapq.heappush(ready, w)
+            if len(order) == len(planned):
+                return [planned[k] for k in order]
+            # Stage the source of one op on a cycle: later ops read the staged copy instead.
+            k = next(k for k in range(len(planned)) if indegree[k] > 0)
+            send, src, dst = planned[k]
+            staged = self._new_scratch(send.src)
+            self._copy(send.src, src, send.src, staged)
+            planned[k] = (send, staged, dst)
+
+    def _copy(self, src_rank: int, src: Slot, dst_rank: int, dst: Slot) -> None:
+        if (src_rank, src) == (dst_rank, dst):
+            return
+        self.builder.chunk(src_rank, src[0], src[1]).copy(dst_rank, dst[0], dst[1])
+
+    def _reduce(self, src_rank: int, src: Slot, dst_rank: int, dst: Slot) -> None:
+        self.builder.chunk(dst_rank, dst[0], dst[1]).reduce(self.builder.chunk(src_rank, src[0], src[1]))
+
+
+def _dedupe(sends: tuple[Send, ...], combining: bool, current: dict) -> list[Send]:
+    """Drop copies of a non-combining chunk to a rank that already has it (they change nothing)."""
+    if combining:
+        return list(sends)
+    seen, kept = set(), []
+    for send in sends:
+        key = (send.chunk, send.dst)
+        if key in seen or key in current:
+            continue
+        seen.add(key)
+        kept.append(send)
+    return kept
+
+
+# --- a readable, runnable Python file -------------------------------------------------------------
+
+def program_to_python(program: Program, *, source: str = "") -> str:
+    """A DSL file that rebuilds `program` (runnable with `collsynth compile FILE.py -o out.xml`)."""
+    topo, coll = program.topology, program.collective
+    lines = [f'"""{program.name}: a collsynth DSL program{" lowered from " + source if source else ""}.',
+             "",
+             "Compile it with: collsynth compile THIS_FILE.py -o out.xml",
+             '"""', "",
+             "import json", "",
+             "from collsynth.collectives import Collective, make_collective",
+             "from collsynth.language.builder import ProgramBuilder",
+             "from collsynth.topologies import Topology, resolve_topology", ""]
+    lines.append(f"topology = {_topology_expr(topo)}")
+    if coll.name in STANDARD and make_collective(coll.name, coll.num_ranks, coll.chunks, root=coll.root,
+                                                 inplace=coll.inplace) == coll:
+        root = f", root={coll.root}" if coll.root is not None else ""
+        lines.append(f"collective = make_collective({coll.name!r}, {coll.num_ranks}, {coll.chunks}{root}, "
+                     f"inplace={coll.inplace})")
+    else:
+        lines.append(f"collective = Collective.from_dict(json.loads({json.dumps(json.dumps(coll.to_dict()))}))")
+    options = program.options
+    lines += [
+        f"b = ProgramBuilder({program.name!r}, topology, collective, instances={program.instances}, "
+        f"protocol={program.protocol!r}, instr_fusion={options.instr_fusion}, "
+        f"interleaved_replication={options.interleaved_replication})",
+        "",
+    ]
+    for op in program.ops:
+        hints = "".join(f", {label}={value}" for label, value in
+                        (("sendtb", op.sendtb), ("recvtb", op.recvtb), ("ch", op.channel)) if value is not None)
+        src = f"b.chunk({op.src.rank}, {op.src.buffer!r}, {op.src.index}, {op.src.count})"
+        if op.op == REDUCE:
+            dst = f"b.chunk({op.dst.rank}, {op.dst.buffer!r}, {op.dst.index}, {op.dst.count})"
+            lines.append(f"{dst}.reduce({src}{hints})")
+        else:
+            lines.append(f"{src}.copy({op.dst.rank}, {op.dst.buffer!r}, {op.dst.index}{hints})")
+    lines += ["", "program = b.build()", "",
+              'if __name__ == "__main__":',
+              "    from collsynth.compiler import compile_program",
+              "    from collsynth.emit.msccl_xml import ir_to_xml",
+              "",
+              "    print(ir_to_xml(compile_program(program)))", ""]
+    return "\n".join(lines)
+
+
+def _topology_expr(topo) -> str:
+    try:
+        if resolve_topology(topo.name).fingerprint() == topo.fingerprint():
+            return f"resolve_topology({topo.name!r})"
+    except TopologyError:
+        pass
+    return f"Topology.from_dict(json.loads({json.dumps(json.dumps(topo.to_dict()))}))"

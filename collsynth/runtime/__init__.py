@@ -1,0 +1,45 @@
+"""Running an IR: `execute(ir, backend="cpu"|"cuda", ...)` -> ExecutionResult (DESIGN.md, "Execution").
+
+The CPU reference interpreter lives in cpu.py; the CUDA backend (collsynth.runtime.cuda) is imported
+only when asked for, so nothing here needs a GPU. Both share the buffer layout, inputs and
+postcondition check of layout.py and check.py, and return the same ExecutionResult.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from collsynth.collectives.spec import Collective
+from collsynth.ir import Algo
+from collsynth.runtime.layout import ExecutionError
+from collsynth.runtime.result import ExecutionResult
+
+BACKENDS = ("cpu", "cuda")
+
+
+def execute(ir: Algo, backend: str = "cpu", nbytes: int | None = None, dtype: str = "float32", seed: int = 0,
+            collective: Collective | None = None, inputs: Sequence[np.ndarray] | None = None,
+            **options: Any) -> ExecutionResult:
+    """Run `ir` on `backend` and check the collective's postcondition (see cpu.execute_cpu for options)."""
+    if backend == "cpu":
+        from collsynth.runtime.cpu import execute_cpu
+
+        return execute_cpu(ir, nbytes=nbytes, dtype=dtype, seed=seed, collective=collective, inputs=inputs,
+                           **options)
+    if backend == "cuda":
+        try:
+            from collsynth.runtime.cuda import execute_cuda
+        except ModuleNotFoundError as exc:
+            if exc.name not in ("collsynth.runtime.cuda", "collsynth.runtime.cuda.execute_cuda"):
+                raise
+            raise ExecutionError("the CUDA backend (collsynth.runtime.cuda) is not available in this install; use "
+                                 "--backend cpu") from None
+        return execute_cuda(ir, nbytes=nbytes, dtype=dtype, seed=seed, collective=collective, inputs=inputs,
+                            **options)
+    raise ExecutionError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+
+
+__all__ = ["BACKENDS", "ExecutionError", "ExecutionResult", "execute"]
