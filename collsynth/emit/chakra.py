@@ -1,0 +1,359 @@
+"""Chakra execution traces (ET) from an MSCCL-IR program: one `<prefix>.<rank>.et` per rank.
+
+File layout (as Chakra's protolib `encodeMessage` writes it): a GlobalMetadata message, then one Node
+message per operation, each preceded by its length as a varint32.
+
+How IR steps become nodes (within a rank, every node data-depends on the node before it in its
+threadblock, and a step's `(depid, deps)` adds a dependency on the last node of that step):
+
+  s            COMM_SEND
+  r            COMM_RECV
+  rcs          COMM_RECV -> COMM_SEND
+  rrs / rrcs   COMM_RECV -> COMP (the reduction) -> COMM_SEND
+  rrc          COMM_RECV -> COMP
+  cpy / re     COMP (a local copy / reduction)
+  nop          COMP of duration 0 (keeps the synchronisation point)
+
+COMM nodes carry `comm_src`, `comm_dst` (int32), `comm_size` (int64, bytes) and `comm_tag` (int32) as
+Chakra's feeder reads them, plus `is_cpu_op` = false. A message is the k-th on its connection (sender,
+receiver, channel) -- the MSCCL runtime matches sends and receives in FIFO order per connection -- and its
+tag is `k * 32 + channel` (channels < 32), the same on the send and the receive. Sizes: the per-rank
+buffer of `nbytes` is cut into `nchunksperloop` chunks of `nbytes // nchunksperloop` bytes, and a step
+moves `cnt` chunks; the MSCCL tile loop is not unrolled. COMP nodes carry `duration_micros` (an integer,
+rounded) from `alpha + MB * beta` and `tensor_size` (bytes). Nodes are numbered per rank in an order
+where every dependency comes first, so the data dependencies are acyclic by construction.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from collsynth.emit import chakra_schema as et
+from collsynth.errors import CollsynthError
+from collsynth.ir import MAX_CHANNELS, RECEIVING_TYPES, SENDING_TYPES, STEP_TYPES, Algo
+
+SCHEMA_VERSION = "0.0.4"
+MB = 1024 * 1024
+
+# COMP node durations: a standalone copy or reduction at ~500 GB/s effective HBM bandwidth.
+LOCAL_ALPHA_US = 0.1
+COPY_BETA_US_PER_MB = 2.0
+REDUCE_BETA_US_PER_MB = 3.0
+
+
+_SMALL_VARINTS = tuple(bytes((i,)) for i in range(0x80))
+
+
+class ChakraError(CollsynthError):
+    """An IR that cannot be exported, or a file that is not a Chakra trace."""
+
+
+# --- writing -----------------------------------------------------------------------------------------
+
+def _varint(value: int) -> bytes:
+    if value < 0x80:
+        return _SMALL_VARINTS[value]
+    out = bytearray()
+    while True:
+        low = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(low | 0x80)
+        else:
+            out.append(low)
+            return bytes(out)
+
+
+def _delimited(payload: bytes) -> bytes:
+    return _varint(len(payload)) + payload
+
+
+def _attr_bytes(**attrs: tuple[str, object]) -> bytes:
+    """Serialized `Node.attr` entries alone: protobuf parsing merges concatenated encodings of one message
+    (repeated fields append), so constant attributes are serialized once and appended to every node."""
+    node = et.Node()
+    for name, (kind, value) in attrs.items():
+        node.attr.add(name=name, **{kind: value})
+    return node.SerializeToString()
+
+
+def _message_tags(ir: Algo) -> dict[tuple[int, int], list[tuple[int, int]]]:
+    """(rank, tb id) -> per step: (send tag, receive tag), -1 where the step does not send / receive.
+    Checks that every connection has one sending and one receiving threadblock and as many of each."""
+    send_owner: dict[tuple[int, int, int], int] = {}
+    recv_owner: dict[tuple[int, int, int], int] = {}
+    sent: dict[tuple[int, int, int], int] = {}
+    received: dict[tuple[int, int, int], int] = {}
+    tags: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for gpu in ir.gpus:
+        for tb in gpu.tbs:
+            where = f"IR {ir.name!r} gpu {gpu.id} tb {tb.id}"
+            if not 0 <= tb.chan < MAX_CHANNELS:
+                raise ChakraError(f"{where}: channel {tb.chan} is outside 0..{MAX_CHANNELS - 1}")
+            send_key = (gpu.id, tb.send, tb.chan)
+            recv_key = (tb.recv, gpu.id, tb.chan)
+            per_step = []
+            for step in tb.steps:
+                if step.type not in STEP_TYPES:
+                    raise ChakraError(f"{where} step {step.s}: unknown step type {step.type!r}; "
+                                      f"known: {' '.join(STEP_TYPES)}")
+                send_tag = recv_tag = -1
+                if step.type in SENDING_TYPES:
+                    if not 0 <= tb.send < ir.ngpus:
+                        raise ChakraError(f"{where}: has sending steps but send peer {tb.send}")
+                    if send_owner.setdefault(send_key, tb.id) != tb.id:
+                        raise ChakraError(f"{where}: shares send connection {gpu.id}->{tb.send} channel {tb.chan} "
+                                          f"with tb {send_owner[send_key]}; give each tb its own (peer, channel)")
+                    k = sent.get(send_key, 0)
+                    sent[send_key] = k + 1
+                    send_tag = k * MAX_CHANNELS + tb.chan
+                if step.type in RECEIVING_TYPES:
+                    if not 0 <= tb.recv < ir.ngpus:
+                        raise ChakraError(f"{where}: has receiving steps but recv peer {tb.recv}")
+                    if recv_owner.setdefault(recv_key, tb.id) != tb.id:
+                        raise ChakraError(f"{where}: shares receive connection {tb.recv}->{gpu.id} channel "
+                                          f"{tb.chan} with tb {recv_owner[recv_key]}; give each tb its own "
+                                          "(peer, channel)")
+                    k = received.get(recv_key, 0)
+                    received[recv_key] = k + 1
+                    recv_tag = k * MAX_CHANNELS + tb.chan
+                per_step.append((send_tag, recv_tag))
+            tags[(gpu.id, tb.id)] = per_step
+    for key in set(sent) | set(received):
+        if sent.get(key, 0) != received.get(key, 0):
+            raise ChakraError(f"IR {ir.name!r}: connection {key[0]}->{key[1]} channel {key[2]} has "
+                              f"{sent.get(key, 0)} sends but {received.get(key, 0)} receives; every send needs "
+                              "exactly one matching receive")
+    return tags
+
+
+def _topological_steps(ir: Algo, gpu_index: int) -> list[tuple[int, int, int]]:
+    """(tb position, step position, dependency's tb position or -1, its step position) of one GPU's steps,
+    in an order where each step follows its threadblock's previous step and its (depid, deps) dependency."""
+    gpu = ir.gpus[gpu_index]
+    tb_pos = {tb.id: i for i, tb in enumerate(gpu.tbs)}
+    step_pos = [{step.s: j for j, step in enumerate(tb.steps)} for tb in gpu.tbs]
+    deps: list[list[tuple[int, int]]] = []
+    for tb in gpu.tbs:
+        row = []
+        for step in tb.steps:
+            if step.depid < 0:
+                row.append((-1, -1))
+                continue
+            where = f"IR {ir.name!r} gpu {gpu.id} tb {tb.id} step {step.s}"
+            if step.depid not in tb_pos:
+                raise ChakraError(f"{where}: depends on tb {step.depid}, which gpu {gpu.id} does not have")
+            target = tb_pos[step.depid]
+            if step.deps not in step_pos[target]:
+                raise ChakraError(f"{where}: depends on step {step.deps} of tb {step.depid}, which does not exist")
+            row.append((target, step_pos[target][step.deps]))
+        deps.append(row)
+    next_step = [0] * len(gpu.tbs)
+    order: list[tuple[int, int, int, int]] = []
+    remaining = sum(len(tb.steps) for tb in gpu.tbs)
+    while remaining:
+        progressed = False
+        for i, tb in enumerate(gpu.tbs):
+            while next_step[i] < len(tb.steps):
+                j = next_step[i]
+                dep_tb, dep_step = deps[i][j]
+                if dep_tb >= 0 and next_step[dep_tb] <= dep_step:
+                    break  # its dependency is not placed yet
+                order.append((i, j, dep_tb, dep_step))
+                next_step[i] = j + 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            stuck = [f"tb {tb.id} step {tb.steps[next_step[i]].s}" for i, tb in enumerate(gpu.tbs)
+                     if next_step[i] < len(tb.steps)]
+            raise ChakraError(f"IR {ir.name!r} gpu {gpu.id}: the step dependencies form a cycle through "
+                              f"{', '.join(stuck[:4])}; fix depid/deps")
+    return order
+
+
+def _rank_trace(ir: Algo, gpu_index: int, nbytes: int, tags: dict[tuple[int, int], list[tuple[int, int]]]) -> bytes:
+    """The whole `.et` file of one rank, as bytes."""
+    gpu = ir.gpus[gpu_index]
+    rank = gpu.id
+    chunk_bytes = nbytes // ir.nchunksperloop
+    metadata = et.GlobalMetadata(version=SCHEMA_VERSION)
+    for name, kind, value in (("algorithm", "string_val", ir.name), ("collective", "string_val", ir.collective),
+                              ("protocol", "string_val", ir.proto), ("ngpus", "int32_val", ir.ngpus),
+                              ("rank", "int32_val", rank), ("nbytes", "int64_val", nbytes),
+                              ("nchunksperloop", "int32_val", ir.nchunksperloop),
+                              ("exporter", "string_val", "collsynth")):
+        metadata.attr.add(name=name, **{kind: value})
+    out = [_delimited(metadata.SerializeToString())]
+
+    send_type = et.Node(type=et.COMM_SEND_NODE).SerializeToString()
+    recv_type = et.Node(type=et.COMM_RECV_NODE).SerializeToString()
+    comp_type = et.Node(type=et.COMP_NODE).SerializeToString()
+    not_cpu = _attr_bytes(is_cpu_op=("bool_val", False))
+    static_comm: dict[tuple[int, int, int, int], bytes] = {}  # (src, dst, cnt, is_send) -> constant part
+    static_comp: dict[tuple[str, int], bytes] = {}  # (kind, cnt) -> constant part
+    tag_attrs: dict[int, bytes] = {}  # comm_tag -> its serialized attribute
+    Node = et.Node
+
+    def tag_attr(tag: int) -> bytes:
+        if tag not in tag_attrs:
+            tag_attrs[tag] = _attr_bytes(comm_tag=("int32_val", tag))
+        return tag_attrs[tag]
+
+    def comm_static(src: int, dst: int, cnt: int, is_send: int) -> bytes:
+        key = (src, dst, cnt, is_send)
+        if key not in static_comm:
+            static_comm[key] = (send_type if is_send else recv_type) + not_cpu + _attr_bytes(
+                comm_src=("int32_val", src), comm_dst=("int32_val", dst), comm_size=("int64_val", cnt * chunk_bytes))
+        return static_comm[key]
+
+    def comp_static(kind: str, cnt: int) -> bytes:
+        key = (kind, cnt)
+        if key not in static_comp:
+            size = cnt * chunk_bytes
+            beta = COPY_BETA_US_PER_MB if kind == "cpy" else REDUCE_BETA_US_PER_MB
+            micros = 0 if kind == "nop" else round(LOCAL_ALPHA_US + size / MB * beta)
+            static_comp[key] = comp_type + not_cpu + Node(duration_micros=micros).SerializeToString() + _attr_bytes(
+                tensor_size=("uint64_val", 0 if kind == "nop" else size))
+        return static_comp[key]
+
+    last_node: list[list[int]] = [[-1] * len(tb.steps) for tb in gpu.tbs]  # last node id of each step
+    prev_in_tb = [-1] * len(gpu.tbs)
+    next_id = 0
+    for i, j, dep_tb, dep_step in _topological_steps(ir, gpu_index):
+        tb = gpu.tbs[i]
+        step = tb.steps[j]
+        kind = step.type
+        send_tag, recv_tag = tags[(rank, tb.id)][j]
+        parents = [prev_in_tb[i]] if prev_in_tb[i] >= 0 else []
+        if dep_tb >= 0 and last_node[dep_tb][dep_step] not in parents:
+            parents.append(last_node[dep_tb][dep_step])
+        label = f"{kind} tb{tb.id} s{step.s}"
+        if recv_tag >= 0:
+            out.append(_delimited(Node(id=next_id, name=f"{label} recv", data_deps=parents).SerializeToString()
+                                  + tag_attr(recv_tag) + comm_static(tb.recv, rank, step.cnt, 0)))
+            parents = [next_id]
+            next_id += 1
+        if kind in ("rrs", "rrc", "rrcs", "cpy", "re", "nop"):
+            comp_kind = "re" if kind in ("rrs", "rrc", "rrcs") else kind
+            out.append(_delimited(Node(id=next_id, name=f"{label} {comp_kind}", data_deps=parents).SerializeToString()
+                                  + comp_static(comp_kind, step.cnt)))
+            parents = [next_id]
+            next_id += 1
+        if send_tag >= 0:
+            out.append(_delimited(Node(id=next_id, name=f"{label} send", data_deps=parents).SerializeToString()
+                                  + tag_attr(send_tag) + comm_static(rank, tb.send, step.cnt, 1)))
+            next_id += 1
+        last_node[i][j] = next_id - 1
+        prev_in_tb[i] = next_id - 1
+    return b"".join(out)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def export_chakra(ir: Algo, out_dir: str | os.PathLike[str], prefix: str = "ir", nbytes: int = MB) -> list[Path]:
+    """Write `<prefix>.<rank>.et` for every rank of `ir` into `out_dir`; `nbytes` is the per-rank buffer
+    size (nccl-tests' size column). Returns the paths, in rank order. Every file is built before any is
+    written, and each is written to a temporary file and renamed into place."""
+    if nbytes < 0:
+        raise ChakraError(f"nbytes must be >= 0, got {nbytes}")
+    if ir.nchunksperloop < 1:
+        raise ChakraError(f"IR {ir.name!r}: nchunksperloop is {ir.nchunksperloop}; it must be >= 1")
+    if not prefix or any(sep in prefix for sep in ("/", "\\")) or prefix.startswith("."):
+        raise ChakraError(f"prefix {prefix!r} must be a plain file-name stem such as 'ir' or 'ring_allreduce'")
+    ranks = [gpu.id for gpu in ir.gpus]
+    if len(set(ranks)) != len(ranks):
+        raise ChakraError(f"IR {ir.name!r}: two GPUs share one id; each rank needs its own gpu id")
+    tags = _message_tags(ir)
+    traces = [_rank_trace(ir, index, nbytes, tags) for index in range(len(ir.gpus))]
+    directory = Path(out_dir)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ChakraError(f"cannot create output directory {directory} ({exc.strerror})") from None
+    paths = []
+    for rank, data in zip(ranks, traces, strict=True):
+        path = directory / f"{prefix}.{rank}.et"
+        try:
+            _write_atomic(path, data)
+        except OSError as exc:
+            raise ChakraError(f"cannot write {path} ({exc.strerror})") from None
+        paths.append(path)
+    return paths
+
+
+# --- reading -------------------------------------------------------------------------------------------
+
+def _read_varint(data: bytes, pos: int, path: object) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(data):
+            raise ChakraError(f"{path}: truncated length prefix at byte {pos}; the file is not a complete Chakra ET")
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 35:
+            raise ChakraError(f"{path}: bad length prefix at byte {pos}; the file is not a Chakra ET")
+
+
+def read_chakra(path: str | os.PathLike[str]) -> tuple[object, list[object]]:
+    """(GlobalMetadata, [Node, ...]) from one `.et` file written in the varint32-delimited layout."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ChakraError(f"{path}: cannot read ({exc.strerror})") from None
+    messages: list[bytes] = []
+    pos = 0
+    while pos < len(data):
+        size, pos = _read_varint(data, pos, path)
+        if pos + size > len(data):
+            raise ChakraError(f"{path}: a message of {size} bytes runs past the end of the file; it is truncated")
+        messages.append(data[pos:pos + size])
+        pos += size
+    if not messages:
+        raise ChakraError(f"{path}: empty file; a Chakra ET starts with a GlobalMetadata message")
+    try:
+        metadata = et.GlobalMetadata.FromString(messages[0])
+        nodes = [et.Node.FromString(blob) for blob in messages[1:]]
+    except Exception as exc:  # protobuf's DecodeError
+        raise ChakraError(f"{path}: not a Chakra ET ({exc})") from None
+    return metadata, nodes
+
+
+def node_attrs(node: object) -> dict[str, object]:
+    """A node's attributes as {name: value} (whichever oneof value each carries)."""
+    result = {}
+    for attr in node.attr:  # type: ignore[attr-defined]
+        which = attr.WhichOneof("value")
+        result[attr.name] = getattr(attr, which) if which else None
+    return result
+
+
+def trace_paths(out_dir: str | os.PathLike[str], prefix: str, ranks: Sequence[int]) -> list[Path]:
+    """The file names `export_chakra` uses."""
+    return [Path(out_dir) / f"{prefix}.{rank}.et" for rank in ranks]
+
+
+def write_trace(path: str | os.PathLike[str], metadata: object, nodes: Sequence[object]) -> Path:
+    """Write a GlobalMetadata and Node messages (e.g. from `read_chakra`) as one `.et` file, atomically."""
+    target = Path(path)
+    data = b"".join(_delimited(message.SerializeToString()) for message in (metadata, *nodes))  # type: ignore
+    try:
+        _write_atomic(target, data)
+    except OSError as exc:
+        raise ChakraError(f"cannot write {target} ({exc.strerror})") from None
+    return target

@@ -1,0 +1,312 @@
+"""Discrete-event alpha-beta timing of an MSCCL-IR program on a topology.
+
+The model (what a threadblock, a connection, a link and a switch do):
+
+- Every threadblock runs its steps in order, tile after tile (the MSCCL loop: `for tile: for step`). A step
+  starts when the threadblock's previous step has finished, its dependency `(depid, deps)` of the same tile
+  has finished, and -- for a receiving step -- the matching message has arrived.
+- One FIFO connection per (sender, receiver, channel): the k-th receive of a connection takes the k-th
+  message sent on it. Sends are eager: the connection buffers whatever was sent and not yet received
+  (MSCCL's 8-slot FIFO back-pressure is not modelled).
+- A sending step (s, rcs, rrs, rrcs) puts one transfer of `cnt` chunk-slices on the link (sender -> peer).
+  The transfer costs `alpha_us + MB * beta_us_per_mb` and holds the link for all of that time, so
+  transfers that share a link serialize, first come (by ready time) first served. The sending threadblock
+  is busy until its transfer has arrived (the GPU's threads do the copy), and the receive it matches can
+  complete at the arrival time.
+- A switch with bandwidth b is b lanes shared by all of its links: a transfer on one of its links also
+  holds one lane (the earliest free) for its duration, and runs no faster than `switch.beta_us_per_mb`.
+- Reductions fused into a receive (rrc, rrs, rrcs) and plain receives (r) cost nothing beyond the
+  transfer (the reduction streams with the data). Standalone local steps cost
+  `local_alpha_us + MB * local_beta_us_per_mb` (cpy: a copy; re: a reduction); nop costs nothing.
+
+Everything here is size-independent planning (`plan`) plus one event loop (`run`) driven by a heap.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass
+
+from collsynth.ir import COPY, RECEIVING_TYPES, REDUCE, SENDING_TYPES, STEP_TYPES, Algo
+from collsynth.sim.nccl import SimError
+from collsynth.topologies.model import Topology
+
+LOCAL_TYPES = frozenset({COPY, REDUCE})
+
+
+@dataclass(frozen=True)
+class PlannedStep:
+    """One IR step with every lookup resolved to an index (size-independent)."""
+
+    cnt: int
+    dep_tb: int = -1  # global threadblock index of the dependency, -1 for none
+    dep_step: int = -1  # position of the dependency step in that threadblock
+    recv_conn: int = -1  # connection this step receives from, -1 for none
+    send_conn: int = -1  # connection this step sends on, -1 for none
+    link: int = -1  # link the send uses
+    switches: tuple[int, ...] = ()  # switches whose budget the send shares
+    alpha_us: float = 0.0  # alpha of the send's link
+    beta_us_per_mb: float = 0.0  # effective beta of the send (link, or a slower switch)
+    local: bool = False  # a standalone cpy / re
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The IR flattened for the event loop: global threadblocks 0..T-1 and their steps."""
+
+    labels: tuple[tuple[int, int], ...]  # global tb index -> (rank, tb id)
+    steps: tuple[tuple[PlannedStep, ...], ...]
+    step_labels: tuple[tuple[int, ...], ...]  # the IR's `s` of each planned step (for messages)
+    connections: tuple[tuple[int, int, int], ...]  # connection index -> (sender, receiver, channel)
+    num_links: int
+    switch_lanes: tuple[int, ...]  # lanes (bandwidth) per switch
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One simulated run: the makespan and when each tile's last step finished."""
+
+    time_us: float
+    tile_end_us: tuple[float, ...]
+
+
+def plan(ir: Algo, topology: Topology) -> Plan:
+    """Resolve peers to links, dependencies to indices, and check the IR can run (size-independent)."""
+    if ir.ngpus != topology.num_ranks:
+        raise SimError(f"IR {ir.name!r} is for {ir.ngpus} GPUs but topology {topology.name!r} has "
+                       f"{topology.num_ranks} ranks; pick a topology of the same size")
+    labels: list[tuple[int, int]] = []
+    index: dict[tuple[int, int], int] = {}
+    positions: dict[tuple[int, int], dict[int, int]] = {}  # (rank, tb id) -> step `s` -> position
+    for gpu in ir.gpus:
+        if not 0 <= gpu.id < topology.num_ranks:
+            raise SimError(f"IR {ir.name!r}: gpu id {gpu.id} is outside 0..{topology.num_ranks - 1}")
+        for tb in gpu.tbs:
+            if (gpu.id, tb.id) in index:
+                raise SimError(f"IR {ir.name!r}: gpu {gpu.id} has two threadblocks with id {tb.id}")
+            index[(gpu.id, tb.id)] = len(labels)
+            labels.append((gpu.id, tb.id))
+            positions[(gpu.id, tb.id)] = {step.s: i for i, step in enumerate(tb.steps)}
+
+    link_ids = {(link.src, link.dst): i for i, link in enumerate(topology.links)}
+    switches_of: dict[tuple[int, int], list[int]] = {}
+    for i, switch in enumerate(topology.switches):
+        for pair in switch.links:
+            switches_of.setdefault(pair, []).append(i)
+
+    connections: dict[tuple[int, int, int], int] = {}
+    send_owner: dict[int, tuple[int, int]] = {}
+    recv_owner: dict[int, tuple[int, int]] = {}
+    sends: list[int] = []  # per connection: sending steps on it
+    receives: list[int] = []
+
+    def connection(key: tuple[int, int, int]) -> int:
+        if key not in connections:
+            connections[key] = len(connections)
+            sends.append(0)
+            receives.append(0)
+        return connections[key]
+
+    all_steps: list[tuple[PlannedStep, ...]] = []
+    all_step_labels: list[tuple[int, ...]] = []
+    for gpu in ir.gpus:
+        for tb in gpu.tbs:
+            where = f"IR {ir.name!r} gpu {gpu.id} tb {tb.id}"
+            position = positions[(gpu.id, tb.id)]
+            send_conn = recv_conn = -1
+            if any(step.type in SENDING_TYPES for step in tb.steps):
+                if not 0 <= tb.send < topology.num_ranks:
+                    raise SimError(f"{where}: has sending steps but send peer {tb.send}; set the tb's send peer")
+                send_conn = connection((gpu.id, tb.send, tb.chan))
+                if send_conn in send_owner:
+                    other = send_owner[send_conn]
+                    raise SimError(f"{where}: shares the send connection {gpu.id}->{tb.send} channel {tb.chan} "
+                                   f"with tb {other[1]}; give each threadblock its own (peer, channel)")
+                send_owner[send_conn] = (gpu.id, tb.id)
+            if any(step.type in RECEIVING_TYPES for step in tb.steps):
+                if not 0 <= tb.recv < topology.num_ranks:
+                    raise SimError(f"{where}: has receiving steps but recv peer {tb.recv}; set the tb's recv peer")
+                recv_conn = connection((tb.recv, gpu.id, tb.chan))
+                if recv_conn in recv_owner:
+                    other = recv_owner[recv_conn]
+                    raise SimError(f"{where}: shares the receive connection {tb.recv}->{gpu.id} channel "
+                                   f"{tb.chan} with tb {other[1]}; give each threadblock its own (peer, channel)")
+                recv_owner[recv_conn] = (gpu.id, tb.id)
+            link, alpha, beta = -1, 0.0, 0.0
+            switch_ids: tuple[int, ...] = ()
+            if send_conn >= 0:
+                pair = (gpu.id, tb.send)
+                if pair not in link_ids:
+                    raise SimError(f"{where}: sends {gpu.id}->{tb.send} but topology {topology.name!r} has no link "
+                                   "between them; route through a neighbour or use a topology with that link")
+                link = link_ids[pair]
+                topo_link = topology.links[link]
+                switch_ids = tuple(switches_of.get(pair, ()))
+                alpha = topo_link.alpha_us
+                beta = max([topo_link.beta_us_per_mb] + [topology.switches[i].beta_us_per_mb for i in switch_ids])
+            planned = []
+            for step in tb.steps:
+                if step.type not in STEP_TYPES:
+                    raise SimError(f"{where} step {step.s}: unknown step type {step.type!r}; "
+                                   f"known: {' '.join(STEP_TYPES)}")
+                if step.cnt < 0:
+                    raise SimError(f"{where} step {step.s}: negative count {step.cnt}")
+                dep_tb = dep_step = -1
+                if step.depid >= 0:
+                    if (gpu.id, step.depid) not in index:
+                        raise SimError(f"{where} step {step.s}: depends on tb {step.depid}, which gpu {gpu.id} "
+                                       "does not have")
+                    dep_tb = index[(gpu.id, step.depid)]
+                    dep_positions = positions[(gpu.id, step.depid)]
+                    if step.deps not in dep_positions:
+                        raise SimError(f"{where} step {step.s}: depends on step {step.deps} of tb {step.depid}, "
+                                       "which does not exist")
+                    dep_step = dep_positions[step.deps]
+                    if dep_tb == index[(gpu.id, tb.id)] and dep_step >= position[step.s]:
+                        raise SimError(f"{where} step {step.s}: depends on a later step of its own threadblock")
+                sending = step.type in SENDING_TYPES
+                receiving = step.type in RECEIVING_TYPES
+                if sending:
+                    sends[send_conn] += 1
+                if receiving:
+                    receives[recv_conn] += 1
+                planned.append(PlannedStep(
+                    cnt=step.cnt, dep_tb=dep_tb, dep_step=dep_step,
+                    recv_conn=recv_conn if receiving else -1,
+                    send_conn=send_conn if sending else -1,
+                    link=link if sending else -1,
+                    switches=switch_ids if sending else (),
+                    alpha_us=alpha if sending else 0.0,
+                    beta_us_per_mb=beta if sending else 0.0,
+                    local=step.type in LOCAL_TYPES,
+                ))
+            all_steps.append(tuple(planned))
+            all_step_labels.append(tuple(step.s for step in tb.steps))
+    conn_list = sorted(connections, key=connections.__getitem__)
+    for key, conn in connections.items():
+        if sends[conn] != receives[conn]:
+            raise SimError(f"IR {ir.name!r}: connection {key[0]}->{key[1]} channel {key[2]} carries {sends[conn]} "
+                           f"sends but {receives[conn]} receives; every send needs exactly one matching receive")
+    return Plan(labels=tuple(labels), steps=tuple(all_steps), step_labels=tuple(all_step_labels),
+                connections=tuple(conn_list), num_links=len(topology.links),
+                switch_lanes=tuple(max(1, switch.bandwidth) for switch in topology.switches))
+
+
+def run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, local_beta_us_per_mb: float) -> RunResult:
+    """Simulate `ntiles` tiles in which each chunk slice is `slice_mb` MB; return the makespan."""
+    steps = plan_.steps
+    ntbs = len(steps)
+    nsteps = [len(tb) for tb in steps]
+    total = [n * ntiles for n in nsteps]
+    send_dur = [[st.alpha_us + st.cnt * slice_mb * st.beta_us_per_mb if st.send_conn >= 0 else 0.0 for st in tb]
+                for tb in steps]
+    local_dur = [[local_alpha_us + st.cnt * slice_mb * local_beta_us_per_mb if st.local else 0.0 for st in tb]
+                 for tb in steps]
+    done = [[-1.0] * t for t in total]  # finish time of each (tile, step); -1 while unknown
+    pc = [0] * ntbs  # next (tile * nsteps + step) to run
+    free = [0.0] * ntbs  # when the threadblock's previous step finished
+    nconn = len(plan_.connections)
+    arrivals: list[list[float]] = [[] for _ in range(nconn)]
+    recv_next = [0] * nconn
+    conn_waiter = [-1] * nconn
+    dep_waiters: dict[tuple[int, int], list[int]] = {}
+    link_free = [0.0] * plan_.num_links
+    lanes = [[0.0] * b for b in plan_.switch_lanes]  # min-heaps of lane free times
+    tile_end = [0.0] * ntiles
+    seq = itertools.count()
+    heap = [(0.0, next(seq), g) for g in range(ntbs) if total[g]]
+    heapq.heapify(heap)
+    push = heapq.heappush
+    pop = heapq.heappop
+    replace = heapq.heapreplace
+
+    while heap:
+        t, _, g = pop(heap)
+        tb_steps = steps[g]
+        n = nsteps[g]
+        while True:
+            p = pc[g]
+            if p == total[g]:
+                break
+            tile, s = divmod(p, n)
+            st = tb_steps[s]
+            ready = free[g]
+            dg = st.dep_tb
+            if dg >= 0:
+                di = tile * nsteps[dg] + st.dep_step
+                d = done[dg][di]
+                if d < 0.0:
+                    dep_waiters.setdefault((dg, di), []).append(g)
+                    break
+                if d > ready:
+                    ready = d
+            rc = st.recv_conn
+            if rc >= 0:
+                k = recv_next[rc]
+                arrived = arrivals[rc]
+                if k >= len(arrived):
+                    conn_waiter[rc] = g
+                    break
+                if arrived[k] > ready:
+                    ready = arrived[k]
+            if ready > t:
+                push(heap, (ready, next(seq), g))
+                break
+            finish = t
+            if rc >= 0:
+                recv_next[rc] += 1
+            if st.local:
+                finish = t + local_dur[g][s]
+            sc = st.send_conn
+            if sc >= 0:
+                link = st.link
+                start = link_free[link] if link_free[link] > t else t
+                for sw in st.switches:
+                    if lanes[sw][0] > start:
+                        start = lanes[sw][0]
+                finish = start + send_dur[g][s]
+                link_free[link] = finish
+                for sw in st.switches:
+                    replace(lanes[sw], finish)
+                arrivals[sc].append(finish)
+                waiter = conn_waiter[sc]
+                if waiter >= 0:
+                    conn_waiter[sc] = -1
+                    push(heap, (finish, next(seq), waiter))
+            done[g][p] = finish
+            waiting = dep_waiters.pop((g, p), None)
+            if waiting:
+                for w in waiting:
+                    push(heap, (finish, next(seq), w))
+            free[g] = finish
+            pc[g] = p + 1
+            if s == n - 1 and finish > tile_end[tile]:
+                tile_end[tile] = finish
+            if finish > t:
+                push(heap, (finish, next(seq), g))
+                break
+
+    stuck = [g for g in range(ntbs) if pc[g] < total[g]]
+    if stuck:
+        raise SimError(f"the IR deadlocks: {_describe_stuck(plan_, stuck, pc, nsteps)}; check the order of sends and "
+                       "receives on each connection and the step dependencies")
+    return RunResult(time_us=max(free, default=0.0), tile_end_us=tuple(tile_end))
+
+
+def _describe_stuck(plan_: Plan, stuck: list[int], pc: list[int], nsteps: list[int]) -> str:
+    parts = []
+    for g in stuck[:4]:
+        rank, tb_id = plan_.labels[g]
+        tile, s = divmod(pc[g], nsteps[g])
+        st = plan_.steps[g][s]
+        if st.recv_conn >= 0:
+            sender, _, chan = plan_.connections[st.recv_conn]
+            why = f"waits for a message from {sender} on channel {chan}"
+        elif st.dep_tb >= 0:
+            why = f"waits for tb {plan_.labels[st.dep_tb][1]} step {plan_.step_labels[st.dep_tb][st.dep_step]}"
+        else:
+            why = "cannot start"
+        parts.append(f"gpu {rank} tb {tb_id} step {plan_.step_labels[g][s]} (tile {tile}) {why}")
+    more = f" and {len(stuck) - 4} more threadblocks" if len(stuck) > 4 else ""
+    return "; ".join(parts) + more

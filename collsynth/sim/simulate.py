@@ -1,0 +1,157 @@
+"""`simulate(ir, topology, sizes)`: nccl-tests style timings of an IR under the alpha-beta model.
+
+For each requested size the per-rank buffer (nccl-tests' size column) is cut into `nchunksperloop` chunks
+and each chunk into tiles of at most `tile_bytes` (MSCCL's per-iteration chunk for the IR's protocol);
+every tile runs the whole program (see `collsynth.sim.engine` for the timing model). Tiles are made equal
+(chunk / ceil(chunk / tile_bytes)) rather than full tiles plus a remainder.
+
+Steady-state extrapolation: when a size needs more than `max_exact_tiles` tiles, the first K =
+`max_exact_tiles` tiles are simulated exactly; the per-tile period is the average spacing of the last
+tile's finishing times over tiles K/2..K-1, and the remaining tiles are added at that period. Tiles are
+identical, so once the pipeline has filled the schedule repeats; tests compare this with exact runs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any, NamedTuple
+
+from collsynth.collectives.spec import canonical_name, display_name
+from collsynth.ir import Algo
+from collsynth.sim import engine
+from collsynth.sim.nccl import SimError, busbw_factor, dtype_info, nccl_size
+from collsynth.topologies.model import Topology
+
+MB = 1024 * 1024  # the alpha-beta model's megabyte (beta_us_per_mb is per MiB of payload)
+
+# MSCCL's data per loop iteration with NCCL's default buffers: Simple 4 MiB / 8 steps * 4 chunk steps;
+# LL 512 KiB of 16-byte lines / 8 steps, half of each line data; LL128 4.69 MiB / 8 steps, 120/128 data.
+TILE_BYTES_BY_PROTOCOL = {"Simple": 2 * MB, "LL": 32 * 1024, "LL128": 576000}
+
+# Standalone local steps (cpy, re): a short launch-free GPU op at ~500 GB/s of effective HBM bandwidth.
+LOCAL_ALPHA_US = 0.1
+LOCAL_BETA_US_PER_MB = 2.0
+
+
+@dataclass(frozen=True)
+class SimModel:
+    """Knobs of the timing model; the defaults are documented in this module and in `engine`."""
+
+    local_alpha_us: float = LOCAL_ALPHA_US
+    local_beta_us_per_mb: float = LOCAL_BETA_US_PER_MB
+    tile_bytes: int | None = None  # None: by the IR's protocol (TILE_BYTES_BY_PROTOCOL)
+    max_exact_tiles: int = 16  # simulate up to this many tiles exactly, then extrapolate
+
+    def __post_init__(self) -> None:
+        if self.tile_bytes is not None and self.tile_bytes < 1:
+            raise SimError(f"tile_bytes must be >= 1, got {self.tile_bytes}")
+        if self.max_exact_tiles < 2:
+            raise SimError(f"max_exact_tiles must be >= 2, got {self.max_exact_tiles}")
+        if self.local_alpha_us < 0 or self.local_beta_us_per_mb < 0:
+            raise SimError("local step costs must be >= 0")
+
+    def tile_for(self, proto: str) -> int:
+        if self.tile_bytes is not None:
+            return self.tile_bytes
+        return TILE_BYTES_BY_PROTOCOL.get(proto, TILE_BYTES_BY_PROTOCOL["Simple"])
+
+
+class SimRow(NamedTuple):
+    """One line of the nccl-tests table."""
+
+    size_bytes: int
+    count: int
+    type: str
+    time_us: float
+    algbw_GBps: float
+    busbw_GBps: float
+
+
+@dataclass(frozen=True)
+class SimResult:
+    algorithm: str
+    collective: str
+    ngpus: int
+    topology: str
+    dtype: str
+    rows: tuple[SimRow, ...]
+    tiles: tuple[int, ...]  # per row: tiles the MSCCL loop runs
+    extrapolated: tuple[bool, ...]  # per row: whether the steady-state extrapolation was used
+    model: SimModel = field(default_factory=SimModel)
+
+    @property
+    def avg_busbw_GBps(self) -> float:
+        return sum(row.busbw_GBps for row in self.rows) / len(self.rows) if self.rows else 0.0
+
+    def table(self) -> str:
+        """The rows in nccl-tests' layout (comment header, right-aligned columns, average busbw)."""
+        lines = [
+            f"# collsynth sim: {self.algorithm} ({display_name(self.collective)}, {self.ngpus} ranks) "
+            f"on {self.topology}",
+            f"# {'size':>10}  {'count':>12}  {'type':>8}  {'time':>10}  {'algbw':>7}  {'busbw':>7}",
+            f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'(us)':>10}  {'(GB/s)':>7}  {'(GB/s)':>7}",
+        ]
+        for row, extrapolated in zip(self.rows, self.extrapolated, strict=True):
+            mark = "  ~" if extrapolated else ""
+            lines.append(f"{row.size_bytes:>12}  {row.count:>12}  {row.type:>8}  {row.time_us:>10.2f}  "
+                         f"{row.algbw_GBps:>7.2f}  {row.busbw_GBps:>7.2f}{mark}")
+        lines.append(f"# Avg bus bandwidth    : {self.avg_busbw_GBps:.4g}")
+        if any(self.extrapolated):
+            lines.append(f"# ~ : steady state extrapolated from the first {self.model.max_exact_tiles} tiles")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "algorithm": self.algorithm, "collective": self.collective, "ngpus": self.ngpus,
+            "topology": self.topology, "dtype": self.dtype,
+            "rows": [dict(row._asdict(), tiles=tiles, extrapolated=extrapolated)
+                     for row, tiles, extrapolated in zip(self.rows, self.tiles, self.extrapolated, strict=True)],
+            "avg_busbw_GBps": self.avg_busbw_GBps,
+            "model": asdict(self.model),
+        }
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def simulate(ir: Algo, topology: Topology, sizes: Iterable[int], *, dtype: str = "float32",
+             model: SimModel | None = None) -> SimResult:
+    """Time `ir` on `topology` for each requested size (bytes, nccl-tests `-b/-e` style)."""
+    model = model or SimModel()
+    type_name, elem_bytes = dtype_info(dtype)
+    if ir.nchunksperloop < 1:
+        raise SimError(f"IR {ir.name!r}: nchunksperloop is {ir.nchunksperloop}; it must be >= 1")
+    sizes = [int(size) for size in sizes]
+    if not sizes:
+        raise SimError("no sizes to simulate; give at least one size")
+    planned = engine.plan(ir, topology)
+    factor = busbw_factor(ir.collective, ir.ngpus)
+    tile_bytes = model.tile_for(ir.proto)
+    rows, tiles, extrapolated = [], [], []
+    for requested in sizes:
+        nccl = nccl_size(ir.collective, ir.ngpus, requested, elem_bytes)
+        chunk_bytes = nccl.size_bytes / ir.nchunksperloop
+        ntiles = max(1, math.ceil(chunk_bytes / tile_bytes))
+        time_us, approx = time_tiles(planned, chunk_bytes / ntiles / MB, ntiles, model)
+        algbw = nccl.size_bytes / 1e9 / (time_us * 1e-6) if time_us > 0 else 0.0
+        rows.append(SimRow(nccl.size_bytes, nccl.count, type_name, time_us, algbw, algbw * factor))
+        tiles.append(ntiles)
+        extrapolated.append(approx)
+    return SimResult(algorithm=ir.name, collective=canonical_name(ir.collective), ngpus=ir.ngpus,
+                     topology=topology.name, dtype=type_name, rows=tuple(rows), tiles=tuple(tiles),
+                     extrapolated=tuple(extrapolated), model=model)
+
+
+def time_tiles(planned: engine.Plan, slice_mb: float, ntiles: int, model: SimModel) -> tuple[float, bool]:
+    """Makespan of `ntiles` tiles of `slice_mb` MB chunk slices; True when extrapolated."""
+    exact = min(ntiles, model.max_exact_tiles)
+    result = engine.run(planned, slice_mb, exact, local_alpha_us=model.local_alpha_us,
+                        local_beta_us_per_mb=model.local_beta_us_per_mb)
+    if exact == ntiles:
+        return result.time_us, False
+    ends = result.tile_end_us
+    half = exact // 2
+    period = (ends[exact - 1] - ends[half - 1]) / (exact - half)  # average spacing over the settled half
+    return result.time_us + (ntiles - exact) * period, True
