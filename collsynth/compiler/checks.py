@@ -1,0 +1,135 @@
+"""check_ir: the compiler's own checks on the IR before anything is emitted.
+
+Runtime limits (steps per threadblock, cnt, channels) with the DSL line that broke them; per-connection
+order (the k-th send on a connection has the size of the k-th receive, and both sides agree on the
+count); no dependency cycles (threadblock order + waits + send->receive matching, checked with one
+topological sweep); then collsynth.ir.validate for everything the MSCCL loaders refuse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from collsynth.compiler.errors import CompileError
+from collsynth.ir import MAX_CHANNELS, MAX_COUNT, MAX_STEPS_PER_TB, NOP, RECEIVING_TYPES, SENDING_TYPES, Algo
+from collsynth.language.program import where
+
+Lines = Sequence[Sequence[Sequence[int]]]  # per gpu, per threadblock, per step: the DSL line (0: none)
+
+
+def check_ir(ir: Algo, lines: Lines | None = None, *, order: bool = True, source: str = "") -> Algo:
+    """Return the IR unchanged, or raise CompileError naming the limit or rule, where, and the DSL line."""
+
+    def at(g: int, t: int, s: int) -> str:
+        line = lines[g][t][s] if lines is not None else 0
+        return where(line, source)
+
+    _check_limits(ir, at)
+    if order:
+        _check_connections(ir, at)
+        _check_cycles(ir, at)
+    from collsynth.ir.validate import validate
+
+    validate(ir)
+    return ir
+
+
+def _check_limits(ir: Algo, at) -> None:  # type: ignore[no-untyped-def]
+    for gpu in ir.gpus:
+        for tb in gpu.tbs:
+            if len(tb.steps) > MAX_STEPS_PER_TB:
+                raise CompileError(f"{at(gpu.id, tb.id, MAX_STEPS_PER_TB)}rank {gpu.id} threadblock {tb.id} (send "
+                                   f"{tb.send}, recv {tb.recv}, channel {tb.chan}) needs {len(tb.steps)} steps; MSCCL "
+                                   f"runs at most {MAX_STEPS_PER_TB} per threadblock: spread the ops over more "
+                                   "threadblocks or channels (sendtb/recvtb/ch hints), or aggregate chunks")
+            if tb.chan >= MAX_CHANNELS:
+                raise CompileError(f"{at(gpu.id, tb.id, 0)}rank {gpu.id} threadblock {tb.id} uses channel {tb.chan}; "
+                                   f"MSCCL has channels 0..{MAX_CHANNELS - 1} (channels per instance x instances "
+                                   "must stay below that): use fewer channels or instances")
+            for step in tb.steps:
+                if step.cnt > MAX_COUNT:
+                    raise CompileError(f"{at(gpu.id, tb.id, step.s)}a step moves {step.cnt} chunks; MSCCL moves at "
+                                       f"most {MAX_COUNT} per step (cnt): split the reference (ref.split(k))")
+
+
+def _connections(ir: Algo) -> tuple[dict, dict]:  # type: ignore[type-arg]
+    senders: dict[tuple[int, int, int], tuple[int, list[int]]] = {}
+    receivers: dict[tuple[int, int, int], tuple[int, list[int]]] = {}
+    for gpu in ir.gpus:
+        for tb in gpu.tbs:
+            sends = [s.s for s in tb.steps if s.type in SENDING_TYPES]
+            recvs = [s.s for s in tb.steps if s.type in RECEIVING_TYPES]
+            if sends:
+                senders[(gpu.id, tb.send, tb.chan)] = (tb.id, sends)
+            if recvs:
+                receivers[(tb.recv, gpu.id, tb.chan)] = (tb.id, recvs)
+    return senders, receivers
+
+
+def _check_connections(ir: Algo, at) -> None:  # type: ignore[no-untyped-def]
+    senders, receivers = _connections(ir)
+    for key in senders.keys() | receivers.keys():
+        src, dst, chan = key
+        stb, sends = senders.get(key, (-1, []))
+        rtb, recvs = receivers.get(key, (-1, []))
+        if len(sends) != len(recvs):
+            g, t, s = (src, stb, sends[len(recvs)]) if len(sends) > len(recvs) else (dst, rtb, recvs[len(sends)])
+            raise CompileError(f"{at(g, t, s)}connection {src}->{dst} channel {chan}: {len(sends)} sends but "
+                               f"{len(recvs)} receives; every send needs its receive")
+        for k, (s, r) in enumerate(zip(sends, recvs, strict=False)):
+            scnt = ir.gpus[src].tbs[stb].steps[s].cnt
+            rcnt = ir.gpus[dst].tbs[rtb].steps[r].cnt
+            if scnt != rcnt:
+                raise CompileError(f"{at(dst, rtb, r)}connection {src}->{dst} channel {chan}: message {k} is sent with "
+                                   f"{scnt} chunks but received as {rcnt}; sends and receives are out of order")
+
+
+def _check_cycles(ir: Algo, at) -> None:  # type: ignore[no-untyped-def]
+    """Kahn's algorithm over all steps: threadblock order, waits, and the k-th send -> k-th receive."""
+    base: list[list[int]] = []  # id of step 0 of every threadblock
+    total = 0
+    for gpu in ir.gpus:
+        firsts = []
+        for tb in gpu.tbs:
+            firsts.append(total)
+            total += len(tb.steps)
+        base.append(firsts)
+    succs: list[list[int]] = [[] for _ in range(total)]
+    indegree = [0] * total
+    for gpu in ir.gpus:
+        firsts = base[gpu.id]
+        for tb in gpu.tbs:
+            me = firsts[tb.id]
+            for step in tb.steps:
+                if step.s > 0:
+                    succs[me - 1].append(me)
+                    indegree[me] += 1
+                if step.depid >= 0:
+                    succs[firsts[step.depid] + step.deps].append(me)
+                    indegree[me] += 1
+                me += 1
+    senders, receivers = _connections(ir)
+    for key, (stb, sends) in senders.items():
+        rtb, recvs = receivers[key]
+        src, dst, _ = key
+        for s, r in zip(sends, recvs, strict=True):
+            a, b = base[src][stb] + s, base[dst][rtb] + r
+            succs[a].append(b)
+            indegree[b] += 1
+    ready = [i for i in range(total) if indegree[i] == 0]
+    done = 0
+    while ready:
+        i = ready.pop()
+        done += 1
+        for j in succs[i]:
+            indegree[j] -= 1
+            if indegree[j] == 0:
+                ready.append(j)
+    if done < total:
+        for gpu in ir.gpus:
+            for tb in gpu.tbs:
+                for step in tb.steps:
+                    if indegree[base[gpu.id][tb.id] + step.s] > 0 and step.type != NOP:
+                        raise CompileError(f"{at(gpu.id, tb.id, step.s)}dependency cycle: rank {gpu.id} threadblock "
+                                           f"{tb.id} step {step.s} can never run (its waits, its threadblock's order "
+                                           "and the connections' message order form a loop)")

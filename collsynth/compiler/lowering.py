@@ -1,0 +1,225 @@
+"""Lowering passes: replicate_instances, insert_nops, lower_to_ir.
+
+`replicate_instances` turns the placed program into concrete MSCCL-IR threadblocks: the program is
+copied `instances` times (instance i on channels shifted by i * channels-per-instance, as MSCCLang
+does) and every slot gets its IR buffer and offset. Input/output chunks of instance i sit at
+`index * instances + i * count` (interleaved: each chunk split in `instances` parts) or
+`buffer_size * i + index` (batched); named scratch buffers are concatenated into "s" in creation
+order, each `size * instances` long, instance i of buffer b at `offset_b + size_b * i + index`.
+Threadblocks are then numbered by (send, recv, chan) as MSCCLang does.
+
+Every step's buffer operands name slots of its own GPU: the slot a send reads, a receive writes, or
+a receive-reduce step's local operand (which is also where rrc/rrcs write the sum). MSCCL reads the
+operands it needs by step type and ignores the others.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from collsynth.collectives import Collective, custom_collective, make_collective
+from collsynth.collectives.spec import STANDARD
+from collsynth.compiler.deps import Dep, Dependencies
+from collsynth.ir import NOP, Algo, Gpu, Step, Threadblock, coll_spelling
+from collsynth.language.buffers import INPUT, OUTPUT
+from collsynth.language.program import Program, buffer_size
+
+
+class LStep(NamedTuple):
+    type: str
+    srcbuf: str
+    srcoff: int
+    dstbuf: str
+    dstoff: int
+    cnt: int
+    deps: tuple[Dep, ...] = ()
+    hasdep: bool = False
+    line: int = 0
+
+    def __str__(self) -> str:
+        wait = " after " + ", ".join(f"tb{a}.s{b}" for a, b in self.deps) if self.deps else ""
+        flag = " [hasdep]" if self.hasdep else ""
+        if self.type == NOP:
+            return f"nop{wait}{flag}"
+        return f"{self.type} {self.srcbuf}[{self.srcoff}] -> {self.dstbuf}[{self.dstoff}] x{self.cnt}{wait}{flag}"
+
+
+@dataclass(frozen=True)
+class LTb:
+    send: int
+    recv: int
+    chan: int
+    steps: tuple[LStep, ...]
+
+
+@dataclass(frozen=True)
+class TbProgram:
+    """Concrete threadblocks per GPU, before nops: the last form before the IR."""
+
+    name: str
+    collective: Collective  # at the IR's chunk granularity (instances split every chunk)
+    proto: str
+    inplace: bool
+    instances: int
+    gpus: tuple[tuple[LTb, ...], ...]
+    sizes: tuple[tuple[int, int, int], ...]  # per GPU: i, o, s chunks
+    source: str = ""
+
+    @property
+    def nchannels(self) -> int:
+        return 1 + max((tb.chan for tbs in self.gpus for tb in tbs), default=0)
+
+    @property
+    def nchunksperloop(self) -> int:
+        return max(self.collective.input_chunks, self.collective.output_chunks)
+
+    def __str__(self) -> str:
+        lines = [f"threadblock program {self.name!r}: {self.collective} instances={self.instances} "
+                 f"nchannels={self.nchannels}"]
+        for rank, tbs in enumerate(self.gpus):
+            i, o, s = self.sizes[rank]
+            lines.append(f"  gpu{rank} i={i} o={o} s={s}")
+            for t, tb in enumerate(tbs):
+                lines.append(f"    tb{t} send={tb.send} recv={tb.recv} chan={tb.chan}")
+                lines += [f"      s{k}: {step}" for k, step in enumerate(tb.steps)]
+        return "\n".join(lines)
+
+
+def instance_collective(collective: Collective, instances: int) -> Collective:
+    """The collective at the IR's granularity: every chunk split into `instances` parts, part k of the
+    chunk at index j sitting at index j * instances + k (what the runtime computes on)."""
+    if instances == 1:
+        return collective
+    name = collective.name
+    if name in STANDARD:
+        standard = make_collective(name, collective.num_ranks, collective.chunks, root=collective.root,
+                                   inplace=collective.inplace)
+        if standard == collective:
+            return collective.with_chunks(collective.chunks * instances)
+    k = instances
+    ins = [(c * k + part, r, i * k + part) for c, r, i in collective.inputs for part in range(k)]
+    outs = [(c * k + part, r, i * k + part) for c, r, i in collective.outputs for part in range(k)]
+    return custom_collective(name, collective.num_ranks, ins, outs, combining=collective.combining,
+                             chunks=collective.chunks * k, input_chunks=collective.input_chunks * k,
+                             output_chunks=collective.output_chunks * k, inplace=collective.inplace)
+
+
+def replicate_instances(dependencies: Dependencies, program: Program) -> TbProgram:
+    """Concrete IR threadblocks for every instance (see the module docstring)."""
+    placement = dependencies.placement
+    instrs = placement.dag.instrs
+    deps = dependencies.deps
+    coll = program.collective
+    copies = program.instances
+    interleaved = program.options.interleaved_replication
+    per_instance = 1 + max((tb.chan for tbs in placement.tbs for tb in tbs), default=0)
+    sizes = {INPUT: buffer_size(coll, INPUT), OUTPUT: buffer_size(coll, OUTPUT)}
+    gpus, gpu_sizes = [], []
+    for rank, tbs in enumerate(placement.tbs):
+        scratch = program.scratch_sizes(rank)
+        base, at = {}, 0
+        for name, size in scratch.items():
+            base[name] = at
+            at += size * copies
+
+        def place(buf: str, off: int, cnt: int, k: int, scratch: dict[str, int] = scratch,
+                  base: dict[str, int] = base) -> tuple[str, int]:
+            if buf in (INPUT, OUTPUT):
+                code = "i" if buf == INPUT else "o"
+                return code, (off * copies + k * cnt) if interleaved else (sizes[buf] * k + off)
+            return "s", base[buf] + scratch[buf] * k + off
+
+        made: list[tuple[tuple[int, int, int], int, LTb]] = []
+        for t, tb in enumerate(tbs):
+            for k in range(copies):
+                steps = []
+                for i in tb.instrs:
+                    ins = instrs[i]
+                    sb, so = place(ins.src_buf, ins.src_off, ins.cnt, k)
+                    db, do = place(ins.dst_buf, ins.dst_off, ins.cnt, k)
+                    steps.append(LStep(ins.kind, sb, so, db, do, ins.cnt,
+                                       tuple((dt * copies + k, ds) for dt, ds in deps[i]), False, ins.line))
+                chan = tb.chan + k * per_instance
+                made.append(((tb.send, tb.recv, chan), t * copies + k, LTb(tb.send, tb.recv, chan, tuple(steps))))
+        made.sort(key=lambda item: (item[0], item[1]))
+        new_id = {old: new for new, (_, old, _) in enumerate(made)}
+        gpus.append(tuple(LTb(tb.send, tb.recv, tb.chan,
+                              tuple(_with_deps(s, tuple((new_id[a], b) for a, b in s.deps)) for s in tb.steps))
+                          for _, _, tb in made))
+        gpu_sizes.append((coll.input_chunks * copies, coll.output_chunks * copies, at))
+    return TbProgram(program.name, instance_collective(coll, copies), program.protocol, coll.inplace, copies,
+                     tuple(gpus), tuple(gpu_sizes), placement.dag.source)
+
+
+def _with_deps(step: LStep, deps: tuple[Dep, ...], hasdep: bool | None = None) -> LStep:
+    return step._replace(deps=deps, hasdep=step.hasdep if hasdep is None else hasdep)
+
+
+def insert_nops(tbprog: TbProgram) -> TbProgram:
+    """A step waiting on several steps keeps one dependency; a nop before it carries each other one
+    (MSCCL steps name a single dependency). Waited-on steps get hasdep."""
+    gpus = []
+    for tbs in tbprog.gpus:
+        # New index of every old step, counting the nops inserted before it (None: none inserted).
+        new_index: list[list[int] | None] = []
+        for tb in tbs:
+            if all(len(step.deps) < 2 for step in tb.steps):
+                new_index.append(None)
+                continue
+            at, index = 0, []
+            for step in tb.steps:
+                at += max(len(step.deps) - 1, 0)
+                index.append(at)
+                at += 1
+            new_index.append(index)
+
+        def moved(t: int, s: int, new_index: list[list[int] | None] = new_index) -> Dep:
+            index = new_index[t]
+            return (t, s) if index is None else (t, index[s])
+
+        waited = {moved(t, s) for tb in tbs for step in tb.steps for t, s in step.deps}
+        new_tbs = []
+        for t, tb in enumerate(tbs):
+            steps = []
+            for step in tb.steps:
+                deps = step.deps
+                if deps:
+                    deps = tuple(moved(a, b) for a, b in deps)
+                    for dep in deps[1:]:
+                        steps.append(LStep(NOP, "i", -1, "o", -1, 0, (dep,), False, step.line))
+                    deps = deps[:1]
+                hasdep = (t, len(steps)) in waited
+                steps.append(step if (deps == step.deps and hasdep == step.hasdep) else
+                             step._replace(deps=deps, hasdep=hasdep))
+            new_tbs.append(LTb(tb.send, tb.recv, tb.chan, tuple(steps)))
+        gpus.append(tuple(new_tbs))
+    return TbProgram(tbprog.name, tbprog.collective, tbprog.proto, tbprog.inplace, tbprog.instances, tuple(gpus),
+                     tbprog.sizes, tbprog.source)
+
+
+def lower_to_ir(tbprog: TbProgram) -> Algo:
+    """The MSCCL-IR `Algo` (nops inserted first: every step has at most one dependency)."""
+    gpus = []
+    for rank, tbs in enumerate(tbprog.gpus):
+        threadblocks = []
+        for t, tb in enumerate(tbs):
+            steps = []
+            for k, s in enumerate(tb.steps):
+                if len(s.deps) > 1:
+                    raise ValueError("lower_to_ir needs insert_nops first: a step has several dependencies")
+                depid, dep = s.deps[0] if s.deps else (-1, -1)
+                steps.append(Step(k, s.type, s.srcbuf, s.srcoff, s.dstbuf, s.dstoff, s.cnt, depid, dep, s.hasdep))
+            threadblocks.append(Threadblock(t, tb.send, tb.recv, tb.chan, tuple(steps)))
+        i, o, s = tbprog.sizes[rank]
+        gpus.append(Gpu(rank, i, o, s, tuple(threadblocks)))
+    meta = (("compiler", "collsynth"), ("program", tbprog.name), ("instances", str(tbprog.instances)),
+            ("collective", json.dumps(tbprog.collective.to_dict(), separators=(",", ":"))))
+    return Algo(tbprog.name, coll_spelling(tbprog.collective.name), tbprog.proto, tbprog.nchannels,
+                tbprog.nchunksperloop, len(gpus), tbprog.inplace, tuple(gpus), meta=meta)
+
+
+def step_lines(tbprog: TbProgram) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """The DSL line of every step (per GPU, per threadblock), for messages about the IR."""
+    return tuple(tuple(tuple(s.line for s in tb.steps) for tb in tbs) for tbs in tbprog.gpus)

@@ -1,0 +1,380 @@
+"""Placement passes: assign_channels, schedule, assign_threadblocks.
+
+MSCCL runs each (sender, receiver, channel) connection as one FIFO driven by exactly one threadblock
+on each side, and a threadblock has one send peer, one receive peer and one channel. So:
+- `assign_channels` gives every transfer a channel. A fused step (rcs/rrs/rrcs) receives and sends in
+  one threadblock, so the whole chain of fused steps a chunk flows through shares one channel, and on
+  each channel a rank may pair a receive peer with only one send peer: the smallest channel that keeps
+  every rank's pairing consistent is chosen (hints win).
+- `schedule` orders all instrs in one global topological order by critical-path priority (depth
+  first, then longest remaining path), receiving on each connection in the order of sending, so that
+  every threadblock's step list (a subsequence of this order) cannot deadlock.
+- `assign_threadblocks` maps each instr to a threadblock: manual hints first (checked), then one
+  threadblock per connection, fused pairs first, then plain sends/receives paired with the
+  threadblock their data comes from / goes to, local copies and reductions to the least loaded one.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from collsynth.compiler.dag import FUSED_TYPES, InstrDAG, depths
+from collsynth.compiler.errors import CompileError
+from collsynth.ir import COPY, MAX_CHANNELS, RECEIVING_TYPES, REDUCE, SEND, SENDING_TYPES
+
+
+@dataclass(frozen=True)
+class ChannelledDAG:
+    dag: InstrDAG
+    channels: tuple[int, ...]  # per instr; local copies/reductions without a hint: -1 (any)
+
+    def __str__(self) -> str:
+        lines = [f"channels assigned: {len(set(c for c in self.channels if c >= 0))} in use"]
+        lines += [f"  {i}: ch{c:<2} {ins}" for i, (ins, c) in enumerate(zip(self.dag.instrs, self.channels,
+                                                                            strict=True))]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    dag: InstrDAG
+    channels: tuple[int, ...]
+    order: tuple[int, ...]  # all instrs, in execution priority order (a topological order)
+    depth: tuple[int, ...]
+    rdepth: tuple[int, ...]
+
+    def __str__(self) -> str:
+        lines = [f"schedule of {len(self.order)} instrs (depth, reverse depth)"]
+        lines += [f"  {k}: #{i} ({self.depth[i]},{self.rdepth[i]}) ch{self.channels[i]} {self.dag.instrs[i]}"
+                  for k, i in enumerate(self.order)]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class TbPlan:
+    send: int
+    recv: int
+    chan: int
+    instrs: tuple[int, ...]  # in step order
+
+
+@dataclass(frozen=True)
+class Placement:
+    dag: InstrDAG
+    channels: tuple[int, ...]
+    tbs: tuple[tuple[TbPlan, ...], ...]  # per rank
+    tb_of: tuple[int, ...]  # per instr: its threadblock on its rank
+    step_of: tuple[int, ...]  # per instr: its step in that threadblock
+
+    def __str__(self) -> str:
+        lines = ["threadblocks"]
+        for rank, tbs in enumerate(self.tbs):
+            for t, tb in enumerate(tbs):
+                lines.append(f"  r{rank} tb{t} send={tb.send} recv={tb.recv} chan={tb.chan}")
+                lines += [f"    {s}: {self.dag.instrs[i]}" for s, i in enumerate(tb.instrs)]
+        return "\n".join(lines)
+
+
+# --- assign_channels -----------------------------------------------------------------------------
+
+def assign_channels(dag: InstrDAG) -> ChannelledDAG:
+    """A channel per instr: hints where given, else the smallest channel on which every fused step of
+    the chunk's chain pairs its receive peer with its send peer consistently (default 0)."""
+    instrs, send_to = dag.instrs, dag.send_to
+    channel = [-1] * len(instrs)
+    pair_recv: dict[tuple[int, int, int], int] = {}  # (rank, recv peer, ch) -> send peer of its threadblock
+    pair_send: dict[tuple[int, int, int], int] = {}  # (rank, send peer, ch) -> recv peer
+    chains: list[tuple[list[int], set[int]]] = []
+    for head, ins in enumerate(instrs):
+        if ins.kind != SEND:
+            continue
+        chain = [head]
+        j = send_to[head]
+        while instrs[j].kind in FUSED_TYPES:
+            chain.append(j)
+            j = send_to[j]
+        chain.append(j)
+        hints = {instrs[m].ch_hint for m in chain} - {-1}
+        if len(hints) > 1:
+            raise CompileError(f"{dag.where(chain[-1])}one chunk's fused transfers carry different channel hints "
+                               f"{sorted(hints)}; give them one channel")
+        chains.append((chain, hints))
+    chains.sort(key=lambda item: not item[1])  # chains with a channel hint first: the others work around them
+    for chain, hints in chains:
+        head = chain[0]
+        fused = chain[1:-1]
+        if hints:
+            (ch,) = hints
+            if not _pairing_ok(instrs, fused, ch, pair_recv, pair_send):
+                raise CompileError(f"{dag.where(fused[0])}channel {ch}: a rank on this chain already forwards "
+                                   "from the same peer to another peer on that channel; use another ch= hint")
+        else:
+            ch = next((c for c in range(MAX_CHANNELS) if _pairing_ok(instrs, fused, c, pair_recv, pair_send)), -1)
+            if ch < 0:
+                raise CompileError(f"{dag.where(head)}no channel below {MAX_CHANNELS} lets this chunk's fused "
+                                   "transfers pair their peers consistently; give ch= hints or disable instr_fusion")
+        for m in fused:
+            f = instrs[m]
+            pair_recv[(f.rank, f.recv_peer, ch)] = f.send_peer
+            pair_send[(f.rank, f.send_peer, ch)] = f.recv_peer
+        for m in chain:
+            channel[m] = ch
+    for i, ins in enumerate(instrs):
+        if channel[i] < 0:
+            if ins.kind in SENDING_TYPES or ins.kind in RECEIVING_TYPES:
+                raise CompileError(f"internal error: transfer {ins} got no channel")
+            channel[i] = ins.ch_hint  # local copy/reduce: any channel unless hinted
+    return ChannelledDAG(dag, tuple(channel))
+
+
+def _pairing_ok(instrs, fused, ch, pair_recv, pair_send) -> bool:  # type: ignore[no-untyped-def]
+    for m in fused:
+        f = instrs[m]
+        if pair_recv.get((f.rank, f.recv_peer, ch), f.send_peer) != f.send_peer:
+            return False
+        if pair_send.get((f.rank, f.send_peer, ch), f.recv_peer) != f.recv_peer:
+            return False
+    return True
+
+
+# --- schedule ------------------------------------------------------------------------------------
+
+def schedule(cdag: ChannelledDAG) -> Schedule:
+    """List scheduling: an instr is ready when its same-rank predecessors, the message queued before it
+    on its connection and (if it receives) its sender are done; among ready instrs the lowest depth
+    goes first, then the one with the longest path to the end, then program order."""
+    dag = cdag.dag
+    preds, after, send_to = dag.preds, dag.after, dag.send_to
+    n = len(dag.instrs)
+    depth, rdepth = depths(dag)
+    succs: list[list[int]] = [[] for _ in range(n)]
+    pending = [0] * n
+    for i in range(n):
+        for p in preds[i]:
+            succs[p].append(i)
+        for p in after[i]:
+            succs[p].append(i)
+        pending[i] += len(preds[i]) + len(after[i])
+        if send_to[i] >= 0:
+            succs[i].append(send_to[i])
+            pending[send_to[i]] += 1
+    heap = [(depth[i], -rdepth[i], i) for i in range(n) if pending[i] == 0]
+    heapq.heapify(heap)
+    order: list[int] = []
+    while heap:
+        _, _, i = heapq.heappop(heap)
+        order.append(i)
+        for s in succs[i]:
+            pending[s] -= 1
+            if pending[s] == 0:
+                heapq.heappush(heap, (depth[s], -rdepth[s], s))
+    if len(order) < n:
+        stuck = next(i for i in range(n) if pending[i] > 0)
+        raise CompileError(f"{dag.where(stuck)}internal error: the instruction DAG has a cycle at {dag.instrs[stuck]}")
+    return Schedule(dag, cdag.channels, tuple(order), tuple(depth), tuple(rdepth))
+
+
+# --- assign_threadblocks -------------------------------------------------------------------------
+
+class _Tb:
+    __slots__ = ("send", "recv", "chan", "instrs", "user")
+
+    def __init__(self, send: int, recv: int, chan: int, user: int = -1) -> None:
+        self.send, self.recv, self.chan, self.user = send, recv, chan, user
+        self.instrs: list[int] = []
+
+
+class _RankTbs:
+    """The threadblocks of one rank and its connection tables while assigning."""
+
+    def __init__(self) -> None:
+        self.tbs: list[_Tb] = []
+        self.by_send: dict[tuple[int, int], int] = {}  # (send peer, ch) -> tb
+        self.by_recv: dict[tuple[int, int], int] = {}  # (recv peer, ch) -> tb
+        self.user: dict[int, int] = {}  # hint -> tb
+        self.load: list[tuple[int, int]] = []  # heap of (steps, tb) for local ops
+
+    def new(self, send: int, recv: int, chan: int, user: int = -1) -> int:
+        t = len(self.tbs)
+        self.tbs.append(_Tb(send, recv, chan, user))
+        if send >= 0:
+            self.by_send[(send, chan)] = t
+        if recv >= 0:
+            self.by_recv[(recv, chan)] = t
+        heapq.heappush(self.load, (0, t))
+        return t
+
+    def set_send(self, t: int, peer: int) -> None:
+        self.tbs[t].send = peer
+        self.by_send[(peer, self.tbs[t].chan)] = t
+
+    def set_recv(self, t: int, peer: int) -> None:
+        self.tbs[t].recv = peer
+        self.by_recv[(peer, self.tbs[t].chan)] = t
+
+    def least_loaded(self) -> int:
+        while True:
+            steps, t = self.load[0]
+            if steps == len(self.tbs[t].instrs):
+                return t
+            heapq.heapreplace(self.load, (len(self.tbs[t].instrs), t))
+
+
+def assign_threadblocks(sched: Schedule, policy: str = "auto") -> Placement:
+    """Threadblock per instr (see the module docstring); steps of a threadblock follow `sched.order`."""
+    dag, channels = sched.dag, sched.channels
+    instrs = dag.instrs
+    n = len(instrs)
+    ranks = [_RankTbs() for _ in range(dag.num_ranks)]
+    tb_of = [-1] * n
+    manual = policy == "manual"
+
+    # 1. manual hints: the user's threadblocks, checked for one send peer / recv peer / channel each.
+    if manual:
+        for i in sched.order:
+            ins = instrs[i]
+            if ins.tb_hint >= 0:
+                tb_of[i] = _place_user(dag, ranks[ins.rank], i, channels[i])
+    # 2. fused pairs: one threadblock per (recv peer, send peer, channel), made before anything else
+    #    can take one of its two sides.
+    for i in sched.order:
+        ins = instrs[i]
+        if tb_of[i] < 0 and ins.kind in FUSED_TYPES:
+            tb_of[i] = _place_pair(dag, ranks[ins.rank], i, channels[i])
+    # 3. plain sends and receives: the connection's threadblock, else pair with a related one.
+    for i in sched.order:
+        ins = instrs[i]
+        if tb_of[i] >= 0 or ins.kind in (COPY, REDUCE):
+            continue
+        rt, ch = ranks[ins.rank], channels[i]
+        if ins.kind == SEND:
+            t = rt.by_send.get((ins.send_peer, ch))
+            if t is None:
+                t = _partner_for_send(dag, rt, i, ch, tb_of)
+                if t is None:
+                    t = rt.new(ins.send_peer, -1, ch)
+                else:
+                    rt.set_send(t, ins.send_peer)
+        else:
+            t = rt.by_recv.get((ins.recv_peer, ch))
+            if t is None:
+                t = _partner_for_recv(dag, rt, i, ch)
+                if t is None:
+                    t = rt.new(-1, ins.recv_peer, ch)
+                else:
+                    rt.set_recv(t, ins.recv_peer)
+        tb_of[i] = t
+        rt.tbs[t].instrs.append(i)
+    # 4. local copies and reductions: a hinted channel's threadblock, else the least loaded one.
+    for i in sched.order:
+        ins = instrs[i]
+        if tb_of[i] >= 0:
+            continue
+        rt = ranks[ins.rank]
+        if not rt.tbs:
+            rt.new(-1, -1, max(channels[i], 0))
+        t = rt.least_loaded()
+        if channels[i] >= 0 and rt.tbs[t].chan != channels[i]:
+            t = next((k for k, tb in enumerate(rt.tbs) if tb.chan == channels[i]), -1)
+            if t < 0:
+                t = rt.new(-1, -1, channels[i])
+        tb_of[i] = t
+        rt.tbs[t].instrs.append(i)
+    # Step order: the schedule's order within every threadblock.
+    for rt in ranks:
+        for tb in rt.tbs:
+            tb.instrs.clear()
+    step_of = [0] * n
+    for i in sched.order:
+        tb = ranks[instrs[i].rank].tbs[tb_of[i]]
+        step_of[i] = len(tb.instrs)
+        tb.instrs.append(i)
+    plans = tuple(tuple(TbPlan(tb.send, tb.recv, tb.chan, tuple(tb.instrs)) for tb in rt.tbs) for rt in ranks)
+    return Placement(dag, channels, plans, tuple(tb_of), tuple(step_of))
+
+
+def _place_user(dag: InstrDAG, rt: _RankTbs, i: int, ch: int) -> int:
+    ins = dag.instrs[i]
+    hint = ins.tb_hint
+    send = ins.send_peer if ins.kind in SENDING_TYPES else -1
+    recv = ins.recv_peer if ins.kind in RECEIVING_TYPES else -1
+    t = rt.user.get(hint)
+    if t is None:
+        chan = max(ch, 0)
+        for label, peer, table in (("sends to", send, rt.by_send), ("receives from", recv, rt.by_recv)):
+            other = table.get((peer, chan)) if peer >= 0 else None
+            if other is not None:
+                raise CompileError(f"{dag.where(i)}threadblocks {rt.tbs[other].user} and {hint} of rank {ins.rank} "
+                                   f"both {label} rank {peer} on channel {chan}; one connection belongs to one "
+                                   "threadblock: use the same sendtb/recvtb or another channel")
+        t = rt.new(send, recv, chan, hint)
+        rt.user[hint] = t
+    else:
+        tb = rt.tbs[t]
+        at = dag.where(i)
+        if ch >= 0 and tb.chan != ch:
+            raise CompileError(f"{at}threadblock {hint} of rank {ins.rank} runs channel {tb.chan}; an op on channel "
+                               f"{ch} cannot join it (one channel per threadblock): use another sendtb/recvtb")
+        if send >= 0 and tb.send != send:
+            if tb.send >= 0:
+                raise CompileError(f"{at}threadblock {hint} of rank {ins.rank} already sends to rank {tb.send}; an "
+                                   f"op sending to rank {send} cannot join it (one send peer per threadblock): use "
+                                   "another sendtb")
+            if (send, tb.chan) in rt.by_send:
+                raise CompileError(f"{at}rank {ins.rank} already sends to rank {send} on channel {tb.chan} from "
+                                   f"threadblock {rt.tbs[rt.by_send[(send, tb.chan)]].user}; use that sendtb")
+            rt.set_send(t, send)
+        if recv >= 0 and tb.recv != recv:
+            if tb.recv >= 0:
+                raise CompileError(f"{at}threadblock {hint} of rank {ins.rank} already receives from rank {tb.recv}; "
+                                   f"an op receiving from rank {recv} cannot join it (one receive peer per "
+                                   "threadblock): use another recvtb")
+            if (recv, tb.chan) in rt.by_recv:
+                raise CompileError(f"{at}rank {ins.rank} already receives from rank {recv} on channel {tb.chan} in "
+                                   f"threadblock {rt.tbs[rt.by_recv[(recv, tb.chan)]].user}; use that recvtb")
+            rt.set_recv(t, recv)
+    rt.tbs[t].instrs.append(i)
+    return t
+
+
+def _place_pair(dag: InstrDAG, rt: _RankTbs, i: int, ch: int) -> int:
+    ins = dag.instrs[i]
+    ts = rt.by_send.get((ins.send_peer, ch))
+    tr = rt.by_recv.get((ins.recv_peer, ch))
+    if ts is not None and tr is not None and ts != tr:
+        raise CompileError(f"{dag.where(i)}rank {ins.rank} forwards from rank {ins.recv_peer} to rank {ins.send_peer} "
+                           f"on channel {ch}, but those connections belong to two threadblocks (hints); use one "
+                           "threadblock or another channel")
+    t = ts if ts is not None else tr
+    if t is None:
+        t = rt.new(ins.send_peer, ins.recv_peer, ch)
+    else:
+        tb = rt.tbs[t]
+        if tb.send < 0:
+            rt.set_send(t, ins.send_peer)
+        if tb.recv < 0:
+            rt.set_recv(t, ins.recv_peer)
+        if tb.send != ins.send_peer or tb.recv != ins.recv_peer:
+            raise CompileError(f"{dag.where(i)}rank {ins.rank} forwards from rank {ins.recv_peer} to rank "
+                               f"{ins.send_peer} on channel {ch}, but its threadblock for that connection pairs "
+                               f"rank {tb.recv} with rank {tb.send}; use another channel")
+    rt.tbs[t].instrs.append(i)
+    return t
+
+
+def _partner_for_send(dag: InstrDAG, rt: _RankTbs, i: int, ch: int, tb_of: list[int]) -> int | None:
+    """A threadblock with a free send side for a plain send: the one that received its data, else the one
+    receiving from the same peer."""
+    for p in dag.preds[i]:
+        t = tb_of[p]
+        if t >= 0 and dag.instrs[p].kind in RECEIVING_TYPES and rt.tbs[t].send < 0 and rt.tbs[t].chan == ch:
+            return t
+    t = rt.by_recv.get((dag.instrs[i].send_peer, ch))
+    return t if t is not None and rt.tbs[t].send < 0 else None
+
+
+def _partner_for_recv(dag: InstrDAG, rt: _RankTbs, i: int, ch: int) -> int | None:
+    """A threadblock with a free receive side for a plain receive: the one sending to the same peer."""
+    t = rt.by_send.get((dag.instrs[i].recv_peer, ch))
+    return t if t is not None and rt.tbs[t].recv < 0 else None

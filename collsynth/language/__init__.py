@@ -1,0 +1,185 @@
+"""The chunk-oriented DSL, MSCCLang-compatible.
+
+An MSCCLang program runs unchanged after replacing the import prefix `msccl.` by `collsynth.`:
+
+    from collsynth.language import *
+    from collsynth.language.collectives import AllReduce
+    from collsynth.topologies import *
+
+    with MSCCLProgram("ring", fully_connected(4), AllReduce(4, 4, True), instances=1):
+        c = chunk(0, Buffer.input, 0)
+        c = chunk(1, Buffer.input, 0).reduce(c)
+        ...
+        XML()      # prints the MSCCL-IR XML
+        Check()    # True if the postcondition holds (symbolically, then in the CPU interpreter)
+
+The native API takes the program explicitly (no global): `ProgramBuilder(name, topology, collective,
+...)`, `builder.chunk(...)`, `ref.copy(...)`, `ref.reduce(...)`, `builder.build() -> Program` (see
+builder.py; the Program contract is documented in program.py). `with MSCCLProgram(...)` sets a
+ContextVar to the program for the module-level `chunk()`, `XML()`, `Check()` and resets it on exit.
+
+This face is the one place of the DSL that drives later stages: XML() and Check() call the compiler,
+the XML emitter and the interpreter (imported when called).
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar, Token
+from typing import Any
+
+from collsynth.collectives import Collective as SpecCollective
+from collsynth.language.buffers import Buffer, ThreadblockPolicy
+from collsynth.language.builder import CAPTURE, ChunkRef, ProgramBuilder
+from collsynth.language.collectives import Chunk, Collective, CompatView, ReduceChunk, as_collective
+from collsynth.language.program import (
+    ChunkOp,
+    Program,
+    ProgramError,
+    ProgramOptions,
+    Slot,
+    alias_slot,
+    validate_program,
+)
+from collsynth.language.symbolic import SymbolicState, check_postcondition, evaluate, run_symbolic
+from collsynth.topologies import Topology
+
+_CURRENT: ContextVar[MSCCLProgram | None] = ContextVar("collsynth_language_program", default=None)
+
+# Elements per chunk when Check() runs the compiled program in the interpreter.
+CHECK_CHUNK_ELEMS = 4
+
+
+class MSCCLProgram:
+    """MSCCLang's program context: `with MSCCLProgram(name, topology, collective, instances, ...):`."""
+
+    def __init__(self, name: str, topo: Topology, collective: SpecCollective | Collective, instances: int = 1,
+                 protocol: str = "Simple", threadblock_policy: ThreadblockPolicy | str = ThreadblockPolicy.auto,
+                 interleaved_replication: bool = True, instr_fusion: bool = True, check_xml: bool = True,
+                 dependence_nop: bool = False, aggregate: bool = True) -> None:
+        self.compat = collective if isinstance(collective, Collective) else None
+        self.builder = ProgramBuilder(name, topo, as_collective(collective), instances, protocol,
+                                      instr_fusion=instr_fusion, threadblock_policy=threadblock_policy,
+                                      interleaved_replication=interleaved_replication, aggregate=aggregate,
+                                      check=check_xml, dependence_nop=dependence_nop)
+        self._token: Token[MSCCLProgram | None] | None = None
+        self._lowered: tuple[int, Any] | None = None
+
+    # MSCCLang attributes
+    @property
+    def name(self) -> str:
+        return self.builder.name
+
+    @property
+    def topo(self) -> Topology:
+        return self.builder.topology
+
+    @property
+    def collective(self) -> SpecCollective:
+        return self.builder.collective
+
+    @property
+    def num_ranks(self) -> int:
+        return self.builder.collective.num_ranks
+
+    @property
+    def instances(self) -> int:
+        return self.builder.instances
+
+    @property
+    def protocol(self) -> str:
+        return self.builder.protocol
+
+    def __enter__(self) -> MSCCLProgram:
+        if _CURRENT.get() is not None:
+            raise ProgramError(f"program {self.name!r}: another MSCCLProgram is already open; close it first "
+                               "(or use ProgramBuilder to build programs side by side)")
+        self._token = _CURRENT.set(self)
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if self._token is not None:
+            _CURRENT.reset(self._token)
+            self._token = None
+        if exc_type is None:
+            self.builder.build()  # hands the program to `collsynth compile` when it runs this file
+
+    def program(self) -> Program:
+        """The frozen Program traced so far."""
+        return Program(self.builder.name, self.builder.topology, self.builder.collective, self.builder.protocol,
+                       self.builder.instances, self.builder.options,
+                       buffers=tuple(tuple(named.items()) for named in self.builder._scratch),
+                       ops=self.builder.ops)
+
+    def lower(self) -> Any:
+        """The compiled MSCCL-IR (collsynth.ir.Algo); cached until more ops are added."""
+        from collsynth.compiler import compile_program
+
+        count = len(self.builder._ops)
+        if self._lowered is None or self._lowered[0] != count:
+            self._lowered = (count, compile_program(self.program()))
+        return self._lowered[1]
+
+    def generate_xml(self) -> str:
+        from collsynth.emit.msccl_xml import ir_to_xml
+
+        return ir_to_xml(self.lower())
+
+    def check(self) -> bool:
+        """The postcondition, symbolically (MSCCLang's check), then in the CPU interpreter."""
+        state = self.builder.state
+        if self.compat is not None and self.compat.has_custom_check():
+            ok = bool(self.compat.check(CompatView(state)))
+        else:
+            problems = check_postcondition(state)
+            for line in problems:
+                print(line)
+            ok = not problems
+        if not ok:
+            return False
+        return self._run_interpreter()
+
+    def _run_interpreter(self) -> bool:
+        from collsynth.compiler import instance_collective
+        from collsynth.runtime import execute
+
+        ir = self.lower()
+        coll = instance_collective(self.collective, self.instances)
+        exact = self.compat is None or not self.compat.has_custom_check()
+        nbytes = coll.input_chunks * CHECK_CHUNK_ELEMS * 4
+        result = execute(ir, backend="cpu", nbytes=nbytes, dtype="float32", collective=coll, postcondition=exact)
+        if not result.passed:
+            print(result)
+        return bool(result.passed)
+
+
+def _current(what: str) -> MSCCLProgram:
+    program = _CURRENT.get()
+    if program is None:
+        raise ProgramError(f"{what}() needs an open program: call it inside `with MSCCLProgram(...):`")
+    return program
+
+
+def chunk(rank: int, buffer: Buffer | str, index: int, size: int = 1) -> ChunkRef:
+    """A reference to `size` chunks at (rank, buffer, index) of the open program."""
+    return _current("chunk").builder.chunk(rank, buffer, index, size)
+
+
+def XML() -> None:  # noqa: N802 - MSCCLang's name
+    """Print the open program's MSCCL-IR XML to stdout."""
+    program = _current("XML")
+    print(program.generate_xml().rstrip("\n"))
+    captured = CAPTURE.get()
+    if captured is not None:
+        captured.append(program.lower())
+
+
+def Check() -> bool:  # noqa: N802 - MSCCLang's name
+    """True if the open program meets its collective's postcondition; prints what is wrong otherwise."""
+    return _current("Check").check()
+
+
+__all__ = [
+    "Buffer", "Check", "Chunk", "ChunkOp", "ChunkRef", "MSCCLProgram", "Program", "ProgramBuilder",
+    "ProgramError", "ProgramOptions", "ReduceChunk", "Slot", "SymbolicState", "ThreadblockPolicy", "XML",
+    "alias_slot", "check_postcondition", "chunk", "evaluate", "run_symbolic", "validate_program",
+]

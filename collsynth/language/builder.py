@@ -1,0 +1,367 @@
+"""The native DSL: a `ProgramBuilder` that takes the program explicitly, and `ChunkRef`s.
+
+    builder = ProgramBuilder("ring", topology, collective)
+    c = builder.chunk(0, Buffer.input, 0)         # a reference to chunk(s) of a rank's buffer
+    c = c.copy(1, Buffer.output, 0)               # returns a reference to the destination
+    builder.chunk(1, "input", 0).reduce(c)        # dst += src; the receiver's slot is the operand
+    program = builder.build()                     # a frozen Program
+
+Every op is executed eagerly on symbolic contents (collsynth.language.symbolic), so mistakes are caught
+where they are written, with the DSL line in the message: a stale reference (its chunk was overwritten
+since the reference was taken), reading a slot nobody wrote, a copy over a missing link, an index
+outside a buffer. MSCCLang's hint convention (-1 = automatic) and None are both accepted.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import sys
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Any
+
+from collsynth.collectives import Collective
+from collsynth.language.buffers import Buffer, buffer_name, is_scratch, policy_name, public_buffer
+from collsynth.language.program import (
+    COPY,
+    REDUCE,
+    ChunkOp,
+    Program,
+    ProgramError,
+    ProgramOptions,
+    Slot,
+    alias_slot,
+    buffer_size,
+    where,
+)
+from collsynth.language.symbolic import SymbolicState, check_postcondition
+from collsynth.topologies import Topology
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+# Where built programs (and XML() results) are collected while `collsynth compile` runs a DSL file.
+CAPTURE: ContextVar[list[Any] | None] = ContextVar("collsynth_language_capture", default=None)
+
+
+def caller_location() -> tuple[int, str]:
+    """(line, file) of the innermost frame outside this package: the DSL program's line."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back  # type: ignore[assignment]
+    if frame is None:
+        return 0, ""
+    return frame.f_lineno, frame.f_code.co_filename
+
+
+def _as_int(value: Any) -> int | None:
+    """An integer given as any integral type (numpy's too), else None; bools are not ranks."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def _hint(value: int | None, label: str, line: int, file: str) -> int | None:
+    if value is None or value == -1:
+        return None
+    number = value if type(value) is int else _as_int(value)  # noqa: E721
+    if number is None or number < 0:
+        raise ProgramError(f"{where(line, file)}{label}={value!r}: hints are integers >= 0, or -1/None for automatic")
+    return number
+
+
+class ProgramBuilder:
+    """Collects the ops of one program; `chunk()` hands out references, `build()` freezes a Program."""
+
+    def __init__(self, name: str, topology: Topology, collective: Collective, instances: int = 1,
+                 protocol: str = "Simple", *, instr_fusion: bool = True, threadblock_policy: Any = "auto",
+                 interleaved_replication: bool = True, aggregate: bool = True, check: bool = True,
+                 dependence_nop: bool = False) -> None:
+        if not isinstance(topology, Topology):
+            raise ProgramError(f"program {name!r}: topology must be a collsynth Topology (e.g. ring(8)), "
+                               f"got {type(topology).__name__}")
+        if not isinstance(collective, Collective):
+            raise ProgramError(f"program {name!r}: collective must be a collsynth Collective or one of "
+                               f"collsynth.language.collectives, got {type(collective).__name__}")
+        try:
+            policy = policy_name(threadblock_policy)
+        except ValueError as exc:
+            raise ProgramError(f"program {name!r}: {exc}") from None
+        self.name = name
+        self.topology = topology
+        self.collective = collective
+        self.instances = instances
+        self.protocol = protocol
+        self.options = ProgramOptions(instr_fusion=bool(instr_fusion), threadblock_policy=policy,
+                                      interleaved_replication=bool(interleaved_replication),
+                                      aggregate=bool(aggregate), check=bool(check),
+                                      dependence_nop=bool(dependence_nop))
+        # Validate the program-level fields now, so errors point at the constructor.
+        Program(name, topology, collective, protocol, instances, self.options, buffers=((),))
+        self.state = SymbolicState(collective)
+        self._ops: list[ChunkOp] = []
+        self._version: dict[tuple[int, str, int], int] = {}  # bumped on every write
+        self._written_at: dict[tuple[int, str, int], int] = {}  # line of the last write
+        self._scratch: list[dict[str, int]] = [{} for _ in range(collective.num_ranks)]
+        self._alias: Callable[[Collective, int, str, int], tuple[str, int]] = alias_slot
+
+    # --- references --------------------------------------------------------------------------
+    def chunk(self, rank: int, buffer: Buffer | str, index: int, size: int = 1) -> ChunkRef:
+        """A reference to `size` chunks at (rank, buffer, index); they must hold data."""
+        line, file = caller_location()
+        slot = self._slot(rank, buffer, index, size, line, file, creating=False)
+        missing = self.state.first_unwritten(slot)
+        if missing is not None:
+            raise ProgramError(f"{where(line, file)}chunk({rank}, {buffer_name(buffer)}, {index}) reads "
+                               f"rank {rank} {slot.buffer}[{missing}], which nobody wrote; copy data there first")
+        return ChunkRef(self, slot, self._versions(slot), line)
+
+    def _slot(self, rank: int, buffer: Buffer | str, index: int, size: int, line: int, file: str, *,
+              creating: bool) -> Slot:
+        n = self.collective.num_ranks
+        if type(rank) is not int:  # noqa: E721 - the fast path; numpy integers are converted
+            number = _as_int(rank)
+            if number is None:
+                raise ProgramError(f"{where(line, file)}rank {rank!r} is not an integer")
+            rank = number
+        if not 0 <= rank < n:
+            raise ProgramError(f"{where(line, file)}rank {rank!r} is outside 0..{n - 1}")
+        try:
+            name = buffer_name(buffer)
+        except TypeError as exc:
+            raise ProgramError(f"{where(line, file)}{exc}") from None
+        raw_index, raw_size = index, size
+        index = index if type(index) is int else _as_int(index)  # noqa: E721
+        if index is None or index < 0:
+            raise ProgramError(f"{where(line, file)}index {raw_index!r} of {name} must be an integer >= 0")
+        size = size if type(size) is int else _as_int(size)  # noqa: E721
+        if size is None or size < 1:
+            raise ProgramError(f"{where(line, file)}size {raw_size!r} must be an integer >= 1")
+        if self.collective.inplace:
+            name, index = self._alias(self.collective, rank, name, index)
+        if is_scratch(name):
+            have = self._scratch[rank].get(name)
+            if not creating and (have is None or index + size > have):
+                raise ProgramError(f"{where(line, file)}rank {rank} scratch buffer {name!r} has {have or 0} chunks; "
+                                   f"index {index} size {size} reads past it (copy into it first)")
+        else:
+            limit = buffer_size(self.collective, name)
+            if index + size > limit:
+                raise ProgramError(f"{where(line, file)}{name}[{index}:{index + size}] is outside rank {rank}'s "
+                                   f"{name} buffer ({limit} chunks for {self.collective})")
+        return Slot(rank, name, index, size)
+
+    def _versions(self, slot: Slot) -> tuple[int, ...]:
+        get = self._version.get
+        rank, buf, index = slot.rank, slot.buffer, slot.index
+        if slot.count == 1:
+            return (get((rank, buf, index), 0),)
+        return tuple(get((rank, buf, i), 0) for i in range(index, index + slot.count))
+
+    def _bump(self, slot: Slot, line: int) -> None:
+        version, written = self._version, self._written_at
+        for i in range(slot.index, slot.end):
+            key = (slot.rank, slot.buffer, i)
+            version[key] = version.get(key, 0) + 1
+            written[key] = line
+
+    def _check_fresh(self, ref: ChunkRef, line: int, file: str) -> None:
+        slot = ref.slot
+        if self._versions(slot) == ref._versions:
+            return
+        get = self._version.get
+        for k, i in enumerate(range(slot.index, slot.end)):
+            key = (slot.rank, slot.buffer, i)
+            if get(key, 0) != ref._versions[k]:
+                raise ProgramError(
+                    f"{where(line, file)}stale reference: rank {slot.rank} {slot.buffer}[{i}] was overwritten "
+                    f"at line {self._written_at.get(key, 0)} after this reference was taken at line {ref._line}; "
+                    f"take a fresh one with chunk({slot.rank}, {slot.buffer!r}, {slot.index}, {slot.count})")
+
+    # --- ops -----------------------------------------------------------------------------------
+    def _record(self, op: str, src: Slot, dst: Slot, sendtb: int | None, recvtb: int | None, ch: int | None,
+                line: int, file: str) -> None:
+        if src.rank != dst.rank:
+            if not self.topology.has_link(src.rank, dst.rank):
+                raise ProgramError(f"{where(line, file)}no link from rank {src.rank} to rank {dst.rank} in topology "
+                                   f"{self.topology.name}; route through a neighbour or use a topology with that link")
+        elif src.buffer == dst.buffer and src.index < dst.end and dst.index < src.end:
+            raise ProgramError(f"{where(line, file)}{op} from {src} to {dst}: source and destination overlap; "
+                               "use a scratch buffer in between")
+        self._ops.append(ChunkOp(op, src, dst, _hint(sendtb, "sendtb", line, file), _hint(recvtb, "recvtb", line, file),
+                                 _hint(ch, "ch", line, file), line, file))
+        if op == COPY:
+            self.state.copy(src, dst)
+        else:
+            self.state.reduce(src, dst)
+        self._bump(dst, line)
+
+    def copy(self, ref: ChunkRef, dst: int, buffer: Buffer | str | None = None, index: int | None = -1,
+             sendtb: int | None = -1, recvtb: int | None = -1, ch: int | None = -1) -> ChunkRef:
+        line, file = caller_location()
+        self._check_fresh(ref, line, file)
+        src = ref.slot
+        if index is None:
+            index = -1
+        if buffer is None:
+            name = src.buffer
+            index = src.index if index == -1 else index
+        else:
+            name = buffer_name(buffer)
+        if index == -1:
+            if not is_scratch(name):
+                raise ProgramError(f"{where(line, file)}copy to rank {dst} {name}: give the index to write")
+            if isinstance(dst, int) and 0 <= dst < self.collective.num_ranks:
+                index = self._scratch[dst].get(name, 0)  # MSCCLang: append to the scratch buffer
+        target = self._slot(dst, name, index, src.count, line, file, creating=True)
+        if target == src:
+            return ref  # copying a chunk onto itself (common with inplace collectives) is a no-op
+        if is_scratch(target.buffer):
+            named = self._scratch[target.rank]
+            named[target.buffer] = max(named.get(target.buffer, 0), target.end)
+        self._record(COPY, src, target, sendtb, recvtb, ch, line, file)
+        return ChunkRef(self, target, self._versions(target), line)
+
+    def reduce(self, ref: ChunkRef, other: ChunkRef, sendtb: int | None = -1, recvtb: int | None = -1,
+               ch: int | None = -1) -> ChunkRef:
+        line, file = caller_location()
+        if not isinstance(other, ChunkRef):
+            raise ProgramError(f"{where(line, file)}reduce() takes a chunk reference, got {type(other).__name__}")
+        self._check_fresh(ref, line, file)
+        self._check_fresh(other, line, file)
+        if other.slot.count != ref.slot.count:
+            raise ProgramError(f"{where(line, file)}reduce of {other.slot} into {ref.slot}: sizes differ "
+                               f"({other.slot.count} vs {ref.slot.count}); split or group the references")
+        self._record(REDUCE, other.slot, ref.slot, sendtb, recvtb, ch, line, file)
+        ref._versions = self._versions(ref.slot)  # the reference written through stays valid
+        return ref
+
+    # --- results -------------------------------------------------------------------------------
+    @property
+    def ops(self) -> tuple[ChunkOp, ...]:
+        return tuple(self._ops)
+
+    def build(self) -> Program:
+        """The frozen Program traced so far (also handed to `collsynth compile` when it runs this file)."""
+        program = Program(self.name, self.topology, self.collective, self.protocol, self.instances, self.options,
+                          buffers=tuple(tuple(named.items()) for named in self._scratch), ops=tuple(self._ops))
+        captured = CAPTURE.get()
+        if captured is not None:
+            captured.append(program)
+        return program
+
+    def check(self) -> list[str]:
+        """Postcondition problems of the program so far, symbolically (empty list: it is correct)."""
+        return check_postcondition(self.state)
+
+
+class ChunkRef:
+    """A reference to `size` consecutive chunks of one buffer of one rank (MSCCLang's Ref)."""
+
+    __slots__ = ("_builder", "slot", "_versions", "_line")
+
+    def __init__(self, builder: ProgramBuilder, slot: Slot, versions: tuple[int, ...], line: int) -> None:
+        self._builder = builder
+        self.slot = slot
+        self._versions = versions
+        self._line = line
+
+    # MSCCLang's Ref fields
+    @property
+    def rank(self) -> int:
+        return self.slot.rank
+
+    @property
+    def buffer(self) -> Buffer | str:
+        return public_buffer(self.slot.buffer)
+
+    @property
+    def index(self) -> int:
+        return self.slot.index
+
+    @property
+    def size(self) -> int:
+        return self.slot.count
+
+    def __repr__(self) -> str:
+        return f"ChunkRef({self.slot})"
+
+    def copy(self, dst: int, buffer: Buffer | str | None = None, index: int | None = -1, sendtb: int | None = -1,
+             recvtb: int | None = -1, ch: int | None = -1) -> ChunkRef:
+        """Copy these chunks to rank `dst` at (buffer, index); default: same buffer and index. Returns the copy."""
+        return self._builder.copy(self, dst, buffer, index, sendtb, recvtb, ch)
+
+    def reduce(self, other: ChunkRef, sendtb: int | None = -1, recvtb: int | None = -1,
+               ch: int | None = -1) -> ChunkRef:
+        """self := self + other (other may live on a neighbour rank). Returns self, updated."""
+        return self._builder.reduce(self, other, sendtb, recvtb, ch)
+
+    def split(self, num: int) -> list[ChunkRef]:
+        line, file = caller_location()
+        self._builder._check_fresh(self, line, file)
+        if not isinstance(num, int) or num < 1 or self.slot.count % num:
+            raise ProgramError(f"{where(line, file)}cannot split {self.slot} ({self.slot.count} chunks) into "
+                               f"{num} parts")
+        part = self.slot.count // num
+        s = self.slot
+        return [ChunkRef(self._builder, Slot(s.rank, s.buffer, s.index + k * part, part),
+                         self._versions[k * part:(k + 1) * part], line) for k in range(num)]
+
+    def group(self, other: ChunkRef) -> ChunkRef:
+        """One reference spanning both (same rank and buffer), as MSCCLang's group."""
+        line, file = caller_location()
+        b = self._builder
+        b._check_fresh(self, line, file)
+        b._check_fresh(other, line, file)
+        if other.slot.rank != self.slot.rank or other.slot.buffer != self.slot.buffer:
+            raise ProgramError(f"{where(line, file)}cannot group {self.slot} with {other.slot}: "
+                               "they must be on the same rank and buffer")
+        start = min(self.slot.index, other.slot.index)
+        end = max(self.slot.end, other.slot.end)
+        slot = Slot(self.slot.rank, self.slot.buffer, start, end - start)
+        missing = b.state.first_unwritten(slot)
+        if missing is not None:
+            raise ProgramError(f"{where(line, file)}group spans rank {slot.rank} {slot.buffer}[{missing}], "
+                               "which nobody wrote")
+        return ChunkRef(b, slot, b._versions(slot), line)
+
+    # MSCCLang's chunk metadata helpers
+    def _origin(self, index: int) -> tuple[int, int]:
+        s = self.slot
+        content = self._builder.state.slots.get((s.rank, s.buffer, s.index + index))
+        if content is None or len(content) != 1:
+            raise ProgramError(f"{s}: chunk {index} holds {self._builder.state.describe(content)}, not a single "
+                               "input chunk; origin/destination are defined only for copied chunks")
+        width = self._builder.collective.input_chunks
+        return divmod(content[0], width)
+
+    def get_origin_rank(self, index: int = 0) -> int:
+        return self._origin(index)[0]
+
+    def get_origin_index(self, index: int = 0) -> int:
+        return self._origin(index)[1]
+
+    def _destination(self, index: int) -> tuple[int, int]:
+        coll = self._builder.collective
+        rank, idx = self._origin(index)
+        chunk = coll.input_chunk(rank, idx)
+        if chunk is None:
+            return -1, -1
+        ranks = sorted(coll.post[chunk])
+        indices = {coll.output_index(chunk, r) for r in ranks}
+        return (ranks[0] if len(ranks) == 1 else -1), (indices.pop() if len(indices) == 1 else -1)
+
+    def get_dst_rank(self, index: int = 0) -> int:
+        """The rank this chunk must end on (-1 if several or none)."""
+        return self._destination(index)[0]
+
+    def get_dst_index(self, index: int = 0) -> int:
+        """The output index this chunk must end at (-1 if it differs between ranks)."""
+        return self._destination(index)[1]
+
+    def print_chunk_info(self, index: int = 0) -> None:
+        s, state = self.slot, self._builder.state
+        print(f"{s}: {state.describe(state.slots.get((s.rank, s.buffer, s.index + index)))}")
