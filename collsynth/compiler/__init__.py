@@ -1,6 +1,6 @@
 """The optimizing compiler: Program -> MSCCL-IR (`collsynth.ir.Algo`), as a list of pure passes.
 
-    trace_to_dag -> aggregate_contiguous -> fuse_instructions -> assign_channels -> schedule
+    trace_to_dag -> order_messages -> aggregate_contiguous -> fuse_instructions -> assign_channels -> schedule
     -> assign_threadblocks -> insert_dependencies -> prune_dependencies -> replicate_instances
     -> insert_nops -> lower_to_ir -> check_ir
 
@@ -8,11 +8,20 @@ Every pass is linear or n log n in the number of instructions.
 """
 
 from collsynth.compiler.checks import check_ir
-from collsynth.compiler.dag import Instr, InstrDAG, aggregate_contiguous, depths, fuse_instructions, trace_to_dag
+from collsynth.compiler.dag import (
+    Instr,
+    InstrDAG,
+    aggregate_contiguous,
+    depths,
+    fuse_instructions,
+    order_messages,
+    trace_to_dag,
+)
 from collsynth.compiler.deps import Dependencies, insert_dependencies, prune_dependencies
 from collsynth.compiler.errors import CompileError
 from collsynth.compiler.lowering import (
     TbProgram,
+    cross_instance_waits,
     insert_nops,
     instance_collective,
     lower_to_ir,
@@ -31,7 +40,8 @@ from collsynth.compiler.placement import (
 
 __all__ = [
     "ChannelledDAG", "CompileError", "Dependencies", "Instr", "InstrDAG", "Placement", "Schedule", "TbProgram",
-    "aggregate_contiguous", "assign_channels", "assign_threadblocks", "check_ir", "compile_program", "depths",
-    "fuse_instructions", "insert_dependencies", "insert_nops", "instance_collective", "lower_to_ir",
-    "prune_dependencies", "replicate_instances", "schedule", "step_lines", "trace_to_dag", "with_options",
+    "aggregate_contiguous", "assign_channels", "assign_threadblocks", "check_ir", "compile_program",
+    "cross_instance_waits", "depths", "fuse_instructions", "insert_dependencies", "insert_nops",
+    "instance_collective", "lower_to_ir", "order_messages", "prune_dependencies", "replicate_instances", "schedule",
+    "step_lines", "trace_to_dag", "with_options",
 ]

@@ -1,5 +1,5 @@
-"""The instruction DAG and the passes that build and rewrite it: trace_to_dag, aggregate_contiguous,
-fuse_instructions.
+"""The instruction DAG and the passes that build and rewrite it: trace_to_dag, order_messages,
+aggregate_contiguous, fuse_instructions.
 
 An `Instr` is one MSCCL-IR step before placement: a send, a receive (r / rrc), a local copy or reduce
 (cpy / re), or a fused step (rcs / rrs / rrcs). Its slots are always on its own rank: `src` is what it
@@ -10,18 +10,23 @@ instr is matched (`send_to`) to the receiving instr on its peer.
 `InstrDAG.preds` holds the same-rank dependencies found while tracing: read-after-write,
 write-after-read and write-after-write on each slot (a write waits for the readers since the last
 write, or for that write if nobody read it). `InstrDAG.after` holds the per-connection order: every
-message between two ranks follows the previous one in program order, on the sending side and on the
-receiving side alike, so the FIFO connections see the same order at both ends (any program order is
-feasible: every dependency of the trace points forward in program order). These ordering edges are
-for scheduling only; they never become waits in the IR.
+message between two ranks follows the previous one, on the sending side and on the receiving side
+alike, so the FIFO connections see the same order at both ends. `trace_to_dag` queues messages in
+program order (always feasible: every dependency of the trace points forward in program order);
+`order_messages` then re-queues them in the order of a critical-path priority schedule, so that a
+program written chunk by chunk still pipelines. These ordering edges are for scheduling only; they
+never become waits in the IR.
 
 Depth counts dependencies and send->receive edges as 1 and ordering edges as 0. Invariant kept by
-every pass: instrs are numbered by (depth, program position), a topological order, so depths are one
-pass; a merge of instrs is safe when every edge between groups still goes up in (depth, position).
+every pass: instrs are numbered in a topological order of all three kinds of edges (after tracing,
+by program position), so depths are one pass; a merge of instrs is safe when every edge between
+groups still goes up in (depth, position).
 """
 
 from __future__ import annotations
 
+import heapq
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -115,24 +120,13 @@ class InstrDAG:
         return "\n".join(lines)
 
 
-def depths(dag: InstrDAG) -> tuple[list[int], list[int]]:
+def depths(dag: InstrDAG, queued: bool = True) -> tuple[list[int], list[int]]:
     """Longest path from a start (depth) and to an end (reverse depth) of every instr: dependencies and
-    send -> receive edges count 1, ordering edges 0. One forward and one backward pass."""
+    send -> receive edges count 1, ordering edges 0 (`queued=False`: ordering edges are left out, the
+    pure critical path of the data). One forward and one backward pass."""
     n = len(dag.instrs)
-    preds, after, send_to = dag.preds, dag.after, dag.send_to
-    depth = [0] * n
-    for i in range(n):
-        d = depth[i]
-        for p in preds[i]:
-            if depth[p] + 1 > d:
-                d = depth[p] + 1
-        for p in after[i]:
-            if depth[p] > d:
-                d = depth[p]
-        depth[i] = d
-        j = send_to[i]
-        if j >= 0 and depth[j] < d + 1:
-            depth[j] = d + 1
+    preds, send_to = dag.preds, dag.send_to
+    after = dag.after if queued else ((),) * n
     rdepth = [0] * n
     for i in range(n - 1, -1, -1):
         r = rdepth[i]
@@ -146,7 +140,28 @@ def depths(dag: InstrDAG) -> tuple[list[int], list[int]]:
         for p in after[i]:
             if rdepth[p] < r:
                 rdepth[p] = r
-    return depth, rdepth
+    return forward_depths(dag, queued), rdepth
+
+
+def forward_depths(dag: InstrDAG, queued: bool = True) -> list[int]:
+    """The depth half of `depths`."""
+    n = len(dag.instrs)
+    preds, send_to = dag.preds, dag.send_to
+    after = dag.after if queued else ((),) * n
+    depth = [0] * n
+    for i in range(n):
+        d = depth[i]
+        for p in preds[i]:
+            if depth[p] >= d:
+                d = depth[p] + 1
+        for p in after[i]:
+            if depth[p] > d:
+                d = depth[p]
+        depth[i] = d
+        j = send_to[i]
+        if j >= 0 and depth[j] <= d:
+            depth[j] = d + 1
+    return depth
 
 
 # --- trace_to_dag --------------------------------------------------------------------------------
@@ -247,6 +262,158 @@ def trace_to_dag(program: Program) -> InstrDAG:
     return InstrDAG(program.num_ranks, tuple(instrs), tuple(preds), tuple(after), tuple(send_to), source)
 
 
+# --- order_messages ------------------------------------------------------------------------------
+
+ORDER_ATTEMPTS = 4  # priority schedules tried (pinning more connections each time) before program order
+
+
+def order_messages(dag: InstrDAG) -> InstrDAG:
+    """Re-queue the messages of every connection (pair of ranks) in the order of a critical-path list
+    schedule: lowest depth first, then longest path to the end, then position; dependencies and
+    send -> receive edges only, not the program's order. The receiving side takes its messages in the
+    order they were sent (FIFO), so a receive can run only once it heads its connection's queue.
+
+    Such a greedy schedule can commit a connection to an order its receiver cannot follow (a receive
+    that must wait for a message queued behind it). Then the connections found blocked keep the order
+    the DAG already queues them in (after tracing, program order: always feasible) and the schedule is
+    retried; after ORDER_ATTEMPTS tries, every connection keeps it. The instrs come back renumbered in
+    the schedule's order (a topological order of all edges, new queues included)."""
+    instrs = dag.instrs
+    n = len(instrs)
+    pair_ids: dict[tuple[int, int], int] = {}
+    send_pair, recv_pair = [-1] * n, [-1] * n
+    for i, ins in enumerate(instrs):
+        if ins.kind in SENDING_TYPES:
+            send_pair[i] = pair_ids.setdefault((ins.rank, ins.send_peer), len(pair_ids))
+        if ins.kind in RECEIVING_TYPES:
+            recv_pair[i] = pair_ids.setdefault((ins.recv_peer, ins.rank), len(pair_ids))
+    if not pair_ids:
+        return dag
+    depth, rdepth = depths(dag, queued=False)
+    pinned: set[int] = set()
+    order: list[int] | None = None
+    for attempt in range(ORDER_ATTEMPTS + 1):
+        if attempt == ORDER_ATTEMPTS:
+            pinned = set(range(len(pair_ids)))
+        order, blocked = _fifo_list_schedule(dag, depth, rdepth, send_pair, recv_pair, len(pair_ids), pinned)
+        if order is not None:
+            break
+        if blocked <= pinned:
+            blocked = set(range(len(pair_ids)))
+        pinned |= blocked
+    if order is None:  # the DAG's own queues everywhere cannot block: its edges all point forward
+        raise CompileError("internal error: no message order satisfies the program's dependencies")
+    if _same_queues(dag, order, send_pair, len(pair_ids)):
+        return dag
+    return _renumber(dag, order, send_pair, recv_pair, len(pair_ids))
+
+
+def _same_queues(dag: InstrDAG, order: Sequence[int], send_pair: Sequence[int], num_pairs: int) -> bool:
+    """Whether `order` sends on every connection in the order the DAG already queues (then the DAG stands;
+    the receives follow the sends either way)."""
+    after = dag.after
+    last = [-1] * num_pairs
+    for i in order:
+        c = send_pair[i]
+        if c >= 0:
+            queued = after[i]
+            if len(queued) == 1 and send_pair[queued[0]] == c:  # the usual case: a plain send
+                previous = queued[0]
+            else:
+                previous = next((p for p in queued if send_pair[p] == c), -1)
+            if previous != last[c]:
+                return False
+            last[c] = i
+    return True
+
+
+def _fifo_list_schedule(dag: InstrDAG, depth: Sequence[int], rdepth: Sequence[int], send_pair: Sequence[int],
+                        recv_pair: Sequence[int], num_pairs: int,
+                        pinned: set[int]) -> tuple[list[int] | None, set[int]]:
+    """All instrs in priority order, receives taken per connection in the order of the sends; on the
+    pinned connections the trace's (program) order is kept. (None, blocked connections) when stuck."""
+    preds, after, send_to = dag.preds, dag.after, dag.send_to
+    n = len(dag.instrs)
+    succs: list[list[int]] = [[] for _ in range(n)]
+    pending = [len(ps) for ps in preds]
+    for i in range(n):
+        for p in preds[i]:
+            succs[p].append(i)
+        j = send_to[i]
+        if j >= 0:
+            succs[i].append(j)
+            pending[j] += 1
+        if pinned:
+            for p in after[i]:
+                if ((send_pair[i] >= 0 and send_pair[p] == send_pair[i] and send_pair[i] in pinned)
+                        or (recv_pair[i] >= 0 and recv_pair[p] == recv_pair[i] and recv_pair[i] in pinned)):
+                    succs[p].append(i)
+                    pending[i] += 1
+    # One integer per instr orders like (depth, -reverse depth, index) and compares faster than a tuple.
+    span = max(rdepth, default=0) + 1
+    key = [(depth[i] * span + span - 1 - rdepth[i]) * n + i for i in range(n)]
+    queues: list[deque[int]] = [deque() for _ in range(num_pairs)]
+    heap = [key[i] for i in range(n) if pending[i] == 0 and recv_pair[i] < 0]
+    heapq.heapify(heap)
+    order: list[int] = []
+    push, pop = heapq.heappush, heapq.heappop
+    while heap:
+        i = pop(heap) % n
+        order.append(i)
+        c = recv_pair[i]
+        if c >= 0:  # it headed its connection's queue; the next message may now be taken
+            queue = queues[c]
+            queue.popleft()
+            if queue and pending[queue[0]] == 0:
+                push(heap, key[queue[0]])
+        c = send_pair[i]
+        if c >= 0:
+            queues[c].append(send_to[i])
+        for s in succs[i]:
+            pending[s] -= 1
+            if pending[s] == 0:
+                c = recv_pair[s]
+                if c < 0 or queues[c][0] == s:
+                    push(heap, key[s])
+    if len(order) < n:
+        return None, {c for c in range(num_pairs) if queues[c]}
+    return order, set()
+
+
+def _renumber(dag: InstrDAG, order: Sequence[int], send_pair: Sequence[int], recv_pair: Sequence[int],
+              num_pairs: int) -> InstrDAG:
+    """The DAG with its instrs numbered in `order` and every connection queued in that order."""
+    new_index = [0] * len(order)
+    for k, i in enumerate(order):
+        new_index[i] = k
+    old_preds, old_send_to = dag.preds, dag.send_to
+    preds: list[tuple[int, ...]] = []
+    for i in order:
+        ps = old_preds[i]
+        if len(ps) == 1:
+            preds.append((new_index[ps[0]],))
+        else:
+            preds.append(tuple(sorted([new_index[p] for p in ps])) if ps else ())
+    send_to = [new_index[old_send_to[i]] if old_send_to[i] >= 0 else -1 for i in order]
+    last_send, last_recv = [-1] * num_pairs, [-1] * num_pairs
+    after: list[tuple[int, ...]] = []
+    for k, i in enumerate(order):
+        c, d = send_pair[i], recv_pair[i]
+        queued: tuple[int, ...] = ()
+        if c >= 0:
+            if last_send[c] >= 0:
+                queued = (last_send[c],)
+            last_send[c] = k
+        if d >= 0:
+            if last_recv[d] >= 0:
+                queued = tuple(sorted((*queued, last_recv[d])))
+            last_recv[d] = k
+        after.append(queued)
+    instrs = dag.instrs
+    return InstrDAG(dag.num_ranks, tuple([instrs[i] for i in order]), tuple(preds), tuple(after), tuple(send_to),
+                    dag.source)
+
+
 # --- contraction: merge groups of instrs into one, keeping a topological numbering ---------------
 
 def _contract(dag: InstrDAG, merges: Sequence[tuple[Sequence[int], Instr]], depth: list[int]) -> InstrDAG:
@@ -269,19 +436,24 @@ def _contract(dag: InstrDAG, merges: Sequence[tuple[Sequence[int], Instr]], dept
     for k, u in enumerate(units):
         new_index[u] = k
     instrs, preds, after, send_to = [], [], [], []
-    old_instrs, old_send_to = dag.instrs, dag.send_to
+    old_instrs, old_send_to, old_preds, old_after = dag.instrs, dag.send_to, dag.preds, dag.after
     for k, u in enumerate(units):
         group = members.get(u)
         if group is None:  # a single instr: only renumber its edges
             instrs.append(old_instrs[u])
-            for edges, out in ((dag.preds, preds), (dag.after, after)):
-                mapped = [new_index[leader[p]] for p in edges[u]]
-                out.append(tuple(sorted(set(mapped))) if len(mapped) > 1 else tuple(mapped))
+            for edges, out in ((old_preds, preds), (old_after, after)):
+                ps = edges[u]
+                if not ps:
+                    out.append(())
+                elif len(ps) == 1:
+                    out.append((new_index[leader[ps[0]]],))
+                else:
+                    out.append(tuple(sorted({new_index[leader[p]] for p in ps})))
             j = old_send_to[u]
             send_to.append(new_index[leader[j]] if j >= 0 else -1)
         else:
             instrs.append(replacement[u])
-            for edges, out in ((dag.preds, preds), (dag.after, after)):
+            for edges, out in ((old_preds, preds), (old_after, after)):
                 deps = {new_index[leader[p]] for m in group for p in edges[m]}
                 deps.discard(k)
                 out.append(tuple(sorted(deps)))
@@ -301,16 +473,17 @@ def _contract(dag: InstrDAG, merges: Sequence[tuple[Sequence[int], Instr]], dept
 # --- aggregate_contiguous ------------------------------------------------------------------------
 
 def aggregate_contiguous(dag: InstrDAG, contiguous_io: bool = True) -> InstrDAG:
-    """Merge into one step with a larger count (at most MAX_COUNT): consecutive messages between the
-    same two ranks that move contiguous chunks to contiguous chunks with the same step types and
-    hints, and local copies/reductions of contiguous chunks, when they have the same depth (so none
-    waits for another and merging cannot create a cycle). `contiguous_io=False` leaves steps on the
-    input and output buffers alone: under interleaved replication with several instances,
-    neighbouring chunks of those buffers are not neighbours in the IR."""
+    """Merge into one step with a larger count (at most MAX_COUNT): consecutive messages on a
+    connection (in its queue's order) that move contiguous chunks to contiguous chunks with the same
+    step types and hints, and local copies/reductions of contiguous chunks, when they have the same
+    depth (so none waits for another and merging cannot create a cycle). `contiguous_io=False` leaves
+    steps on the input and output buffers alone: under interleaved replication with several instances a
+    merged step would be replicated in blocks that cut across the single-chunk steps on the same chunks
+    (correct, see lowering.py, but instances would then wait for each other)."""
     instrs, send_to, after = dag.instrs, dag.send_to, dag.after
     if not _has_candidates(dag):
         return dag
-    depth, _ = depths(dag)
+    depth = forward_depths(dag)
     io = (INPUT, OUTPUT)
 
     def excluded(i: int) -> bool:
@@ -421,7 +594,7 @@ def fuse_instructions(dag: InstrDAG) -> InstrDAG:
     connection must not come later than the receive (the fused step sends when it receives)."""
     instrs, preds, after = dag.instrs, dag.preds, dag.after
     succs = dag.succs()
-    depth, _ = depths(dag)
+    depth = forward_depths(dag)
     fused: dict[int, tuple[int, str]] = {}  # receive -> (send, fused kind)
     for j, rec in enumerate(instrs):
         if rec.kind != RECV and rec.kind != RECV_REDUCE_COPY:

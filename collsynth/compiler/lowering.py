@@ -2,11 +2,25 @@
 
 `replicate_instances` turns the placed program into concrete MSCCL-IR threadblocks: the program is
 copied `instances` times (instance i on channels shifted by i * channels-per-instance, as MSCCLang
-does) and every slot gets its IR buffer and offset. Input/output chunks of instance i sit at
-`index * instances + i * count` (interleaved: each chunk split in `instances` parts) or
-`buffer_size * i + index` (batched); named scratch buffers are concatenated into "s" in creation
-order, each `size * instances` long, instance i of buffer b at `offset_b + size_b * i + index`.
+does) and every slot gets its IR buffer and offset. Named scratch buffers are concatenated into "s" in
+creation order, each `size * instances` long. Interleaved (the default), a step of `count` chunks at
+`index` of instance i sits at `start + index * instances + i * count` of every buffer (start: 0 for
+input/output, the scratch buffer's offset in "s"); batched, at `start + size * i + index`.
 Threadblocks are then numbered by (send, recv, chan) as MSCCLang does.
+
+Interleaved, each chunk is split in `instances` parts, part k of chunk j at j * instances + k, and a
+step of `count` chunks is replicated as blocks of `count` parts (MSCCLang's layout). Across all
+instances a step still moves exactly the parts of its chunks, each to the same part of its
+destination chunk, whatever its count - as long as both its buffers use this layout. (MSCCLang keeps
+scratch batched, which moves parts to other parts whenever a step of more than one chunk goes between
+scratch and input/output, a wrong result; here scratch follows the input/output layout.) But one
+instance's block is then not one chunk's parts, so steps of different counts over the same chunks
+overlap across instances: instance 1 of a 2-chunk step at 0 covers parts 2..3, which are parts 0 and
+1 of chunk 1, which instances 0 and 1 of a 1-chunk step on chunk 1 cover. Per-instance dependencies
+cannot see that, so `cross_instance_waits` traces every instance's concrete positions again, and a
+step also waits for the steps of other instances that touched its positions before it (read after
+write, write after read, write after write). Those waits follow the order of the DAG's own
+dependencies, which the schedule (and hence every threadblock and connection) respects: no cycle.
 
 Every step's buffer operands name slots of its own GPU: the slot a send reads, a receive writes, or
 a receive-reduce step's local operand (which is also where rrc/rrcs write the sum). MSCCL reads the
@@ -22,7 +36,23 @@ from typing import NamedTuple
 from collsynth.collectives import Collective, custom_collective, make_collective
 from collsynth.collectives.spec import STANDARD
 from collsynth.compiler.deps import Dep, Dependencies
-from collsynth.ir import NOP, Algo, Gpu, Step, Threadblock, coll_spelling
+from collsynth.compiler.placement import Placement
+from collsynth.ir import (
+    COPY,
+    NOP,
+    RECV,
+    RECV_COPY_SEND,
+    RECV_REDUCE_COPY,
+    RECV_REDUCE_COPY_SEND,
+    RECV_REDUCE_SEND,
+    REDUCE,
+    SEND,
+    Algo,
+    Gpu,
+    Step,
+    Threadblock,
+    coll_spelling,
+)
 from collsynth.language.buffers import INPUT, OUTPUT
 from collsynth.language.program import Program, buffer_size
 
@@ -111,11 +141,13 @@ def replicate_instances(dependencies: Dependencies, program: Program) -> TbProgr
     placement = dependencies.placement
     instrs = placement.dag.instrs
     deps = dependencies.deps
+    tb_of, step_of = placement.tb_of, placement.step_of
     coll = program.collective
     copies = program.instances
     interleaved = program.options.interleaved_replication
     per_instance = 1 + max((tb.chan for tbs in placement.tbs for tb in tbs), default=0)
     sizes = {INPUT: buffer_size(coll, INPUT), OUTPUT: buffer_size(coll, OUTPUT)}
+    cross = cross_instance_waits(placement, copies, interleaved)
     gpus, gpu_sizes = [], []
     for rank, tbs in enumerate(placement.tbs):
         scratch = program.scratch_sizes(rank)
@@ -127,20 +159,25 @@ def replicate_instances(dependencies: Dependencies, program: Program) -> TbProgr
         def place(buf: str, off: int, cnt: int, k: int, scratch: dict[str, int] = scratch,
                   base: dict[str, int] = base) -> tuple[str, int]:
             if buf in (INPUT, OUTPUT):
-                code = "i" if buf == INPUT else "o"
-                return code, (off * copies + k * cnt) if interleaved else (sizes[buf] * k + off)
-            return "s", base[buf] + scratch[buf] * k + off
+                code, start, size = ("i" if buf == INPUT else "o"), 0, sizes[buf]
+            else:
+                code, start, size = "s", base[buf], scratch[buf]
+            return code, start + ((off * copies + k * cnt) if interleaved else (size * k + off))
 
         made: list[tuple[tuple[int, int, int], int, LTb]] = []
         for t, tb in enumerate(tbs):
             for k in range(copies):
                 steps = []
+                waited: dict[int, int] = {}  # threadblock -> latest step this threadblock already waited for
                 for i in tb.instrs:
                     ins = instrs[i]
                     sb, so = place(ins.src_buf, ins.src_off, ins.cnt, k)
                     db, do = place(ins.dst_buf, ins.dst_off, ins.cnt, k)
-                    steps.append(LStep(ins.kind, sb, so, db, do, ins.cnt,
-                                       tuple((dt * copies + k, ds) for dt, ds in deps[i]), False, ins.line))
+                    waits = [(dt * copies + k, ds) for dt, ds in deps[i]]
+                    if cross:
+                        waits += [(tb_of[p] * copies + kp, step_of[p]) for p, kp in cross.get((i, k), ())]
+                        waits = _uncovered(waits, waited)
+                    steps.append(LStep(ins.kind, sb, so, db, do, ins.cnt, tuple(waits), False, ins.line))
                 chan = tb.chan + k * per_instance
                 made.append(((tb.send, tb.recv, chan), t * copies + k, LTb(tb.send, tb.recv, chan, tuple(steps))))
         made.sort(key=lambda item: (item[0], item[1]))
@@ -151,6 +188,73 @@ def replicate_instances(dependencies: Dependencies, program: Program) -> TbProgr
         gpu_sizes.append((coll.input_chunks * copies, coll.output_chunks * copies, at))
     return TbProgram(program.name, instance_collective(coll, copies), program.protocol, coll.inplace, copies,
                      tuple(gpus), tuple(gpu_sizes), placement.dag.source)
+
+
+def _uncovered(waits: list[Dep], waited: dict[int, int]) -> list[Dep]:
+    """The latest wait per threadblock, less those an earlier step of the same threadblock covers."""
+    latest: dict[int, int] = {}
+    for t, s in waits:
+        if s > latest.get(t, -1):
+            latest[t] = s
+    kept = []
+    for t, s in sorted(latest.items()):
+        if waited.get(t, -1) < s:
+            kept.append((t, s))
+            waited[t] = s
+    return kept
+
+
+# Which local slot each kind of step reads and writes (fused steps: the receive's slot; rrs stores nothing).
+_READS_SRC = frozenset({SEND, COPY, REDUCE})
+_READS_DST = frozenset({RECV_REDUCE_COPY, RECV_REDUCE_COPY_SEND, RECV_REDUCE_SEND, REDUCE})
+_WRITES_DST = frozenset({RECV, RECV_COPY_SEND, RECV_REDUCE_COPY, RECV_REDUCE_COPY_SEND, COPY, REDUCE})
+
+Access = tuple[int, int]  # (instr, instance)
+
+
+def cross_instance_waits(placement: Placement, copies: int,
+                         interleaved: bool = True) -> dict[Access, tuple[Access, ...]]:
+    """For every (instr, instance) whose positions another instance touched before it, those (instr,
+    instance)s: the last writer of a position it reads, the readers since the last write (else that
+    write) of a position it writes. Only interleaved steps of more than one chunk can overlap other
+    instances; without any (the usual case) this is empty at once."""
+    instrs = placement.dag.instrs
+    if copies == 1 or not interleaved or all(ins.cnt == 1 for ins in instrs):
+        return {}
+    last_writer: dict[tuple[int, str, int], Access] = {}
+    readers: dict[tuple[int, str, int], list[Access]] = {}
+    waits: dict[Access, tuple[Access, ...]] = {}
+    for i, ins in enumerate(instrs):  # a topological order: instrs that conflict come in program order
+        reads = [(ins.src_buf, ins.src_off)] if ins.kind in _READS_SRC else []
+        if ins.kind in _READS_DST:
+            reads.append((ins.dst_buf, ins.dst_off))
+        writes = ins.kind in _WRITES_DST
+        cnt, rank = ins.cnt, ins.rank
+        for k in range(copies):
+            me = (i, k)
+            found: set[Access] = set()
+            for buf, off in reads:
+                first = off * copies + k * cnt
+                for pos in range(first, first + cnt):
+                    key = (rank, buf, pos)
+                    w = last_writer.get(key)
+                    if w is not None:
+                        found.add(w)
+                    readers.setdefault(key, []).append(me)
+            if writes:
+                first = ins.dst_off * copies + k * cnt
+                for pos in range(first, first + cnt):
+                    key = (rank, ins.dst_buf, pos)
+                    rs = readers.pop(key, None)
+                    if rs:
+                        found.update(rs)  # write after read; those readers already follow the last write
+                    elif key in last_writer:
+                        found.add(last_writer[key])  # write after write
+                    last_writer[key] = me
+            other = tuple(sorted(a for a in found if a[1] != k))  # own instance: the DAG's dependencies
+            if other:
+                waits[me] = other
+    return waits
 
 
 def _with_deps(step: LStep, deps: tuple[Dep, ...], hasdep: bool | None = None) -> LStep:
