@@ -57,15 +57,6 @@ def refuse_inplace(name: str, inplace: bool, why: str) -> None:
         raise AlgorithmError(f"{name}: inplace is not supported ({why}); use inplace=False")
 
 
-def refuse_instances(name: str, instances: int) -> None:
-    """For programs that move the same data in transfers of different sizes: the compiler's replication
-    keeps instances apart only at the granularity of each transfer, so copies of such a program would
-    race on each other's chunks."""
-    if instances > 1:
-        raise AlgorithmError(f"{name}: instances > 1 is not supported (its transfers differ in size, so "
-                             "replicated copies would overlap); raise chunks= for more parallel pieces instead")
-
-
 def pieces(start: int, count: int, limit: int = MAX_COUNT) -> list[tuple[int, int]]:
     """Split the chunk range [start, start+count) into (start, count) pieces of at most `limit` chunks,
     as even as possible (one step of the runtime moves at most MAX_COUNT chunks)."""

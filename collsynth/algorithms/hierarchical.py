@@ -34,7 +34,6 @@ from collsynth.algorithms._common import (
     node_layout,
     pieces,
     refuse_inplace,
-    refuse_instances,
     require_contiguous_nodes,
     require_multi_node,
 )
@@ -82,7 +81,7 @@ def hierarchical_allreduce(topology: Topology, *, num_nodes: int | None = None, 
     coll = make_collective("allreduce", n, chunks, inplace=inplace)
     # Blocks and sub-blocks differ in size; batched replication keeps each instance in its own part of the
     # buffers (safe for AllReduce, whose chunks are independent), where interleaving would mix them.
-    b = new_builder(name, topology, coll, instances=instances, protocol=protocol, interleaved_replication=False)
+    b = new_builder(name, topology, coll, instances=instances, protocol=protocol)
     block = nodes * chunks  # chunks per block; block g is [g*block, (g+1)*block)
     columns = [[layout[m][g] for m in range(nodes)] for g in range(gpus)]  # the inter-node ring of GPU index g
     node_rings = [_node_ring(name, topology, ranks) for ranks in layout]
@@ -115,7 +114,6 @@ def two_step_alltoall(topology: Topology, *, num_nodes: int | None = None, chunk
     name = "two_step_alltoall"
     check_common(name, topology, instances=instances, protocol=protocol, chunks=chunks)
     refuse_inplace(name, inplace, "a receiver's output slot still holds data it must forward")
-    refuse_instances(name, instances)
     layout = node_layout(name, topology, num_nodes)
     require_multi_node(name, layout)
     require_contiguous_nodes(name, layout)
@@ -164,7 +162,6 @@ def three_step_alltoall(topology: Topology, *, num_nodes: int | None = None, chu
     name = "three_step_alltoall"
     check_common(name, topology, instances=instances, protocol=protocol, chunks=chunks)
     refuse_inplace(name, inplace, "a receiver's output slot still holds data it must forward")
-    refuse_instances(name, instances)
     layout = node_layout(name, topology, num_nodes)
     require_multi_node(name, layout)
     require_contiguous_nodes(name, layout)

@@ -16,7 +16,6 @@ from collsynth.algorithms._common import (
     is_power_of_two,
     new_builder,
     pieces,
-    refuse_instances,
 )
 from collsynth.collectives.spec import make_collective
 from collsynth.language.program import Program
@@ -35,7 +34,6 @@ def recursive_doubling_allgather(topology: Topology, *, chunks: int = 1, instanc
     check_common(name, topology, instances=instances, protocol=protocol, chunks=chunks)
     n = topology.num_ranks
     _require_power_of_two(name, n)
-    refuse_instances(name, instances)
     coll = make_collective("allgather", n, chunks, inplace=inplace)
     b = new_builder(name, topology, coll, instances=instances, protocol=protocol)
     for rank in range(n):  # round 0 sends straight from the input; the own block goes to the output beside it
@@ -64,7 +62,7 @@ def recursive_halving_doubling_allreduce(topology: Topology, *, chunks: int = 1,
     coll = make_collective("allreduce", n, chunks, inplace=inplace)
     # Transfers halve and double in size; batched replication keeps each instance in its own part of the
     # buffers (safe for AllReduce, whose chunks are independent), where interleaving would mix them.
-    b = new_builder(name, topology, coll, instances=instances, protocol=protocol, interleaved_replication=False)
+    b = new_builder(name, topology, coll, instances=instances, protocol=protocol)
     # Reduce-scatter: each rank keeps the half of its current block range that holds its own block and
     # reduces the peer's copy of that half into it.
     distance = n // 2
