@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
 import sys
 
 import click
 
+from collsynth.cli import algorithms, catalog, compile, export, lower, milp, regress, run, sim, synth, topo
 from collsynth.errors import CollsynthError
 
 
@@ -30,21 +30,13 @@ def main() -> None:
     """Synthesize, compile, verify and run collective-communication algorithms."""
 
 
-# Command modules, each exposing click commands/groups in `COMMANDS`.
-# `COMMANDS` are added to the top level, `SYNTH_COMMANDS` to the `synth` group.
-_MODULES = ("topo", "synth", "milp", "compile", "algorithms", "run", "lower", "sim", "catalog", "regress", "export")
+# Each command module exposes `COMMANDS` (added to the top level) and/or `SYNTH_COMMANDS` (added to the
+# `synth` group), so that every stage's commands live beside each other and this list is the only registry.
+_MODULES = (topo, synth, milp, lower, compile, algorithms, run, sim, export, catalog, regress)
 
-for _name in _MODULES:
-    try:
-        _module = importlib.import_module(f"collsynth.cli.{_name}")
-    except ModuleNotFoundError as _exc:  # TODO(integration): list modules explicitly once all exist
-        if _exc.name != f"collsynth.cli.{_name}":
-            raise
-        continue
+for _module in _MODULES:
     for _command in getattr(_module, "COMMANDS", ()):
         main.add_command(_command)
-
-for _name in _MODULES:
-    _module = sys.modules.get(f"collsynth.cli.{_name}")
+for _module in _MODULES:
     for _command in getattr(_module, "SYNTH_COMMANDS", ()):
         main.commands["synth"].add_command(_command)  # type: ignore[attr-defined]
