@@ -71,10 +71,13 @@ def profile_cost_scale(data: Mapping[str, Any], name: str = "") -> float:
     return float(10 ** (math.floor(math.log10(alpha)) + 1))
 
 
-def load_taccl_profile(data: dict, *, name: str, num_nodes: int | None = None) -> Topology:
+def load_taccl_profile(data: dict, *, name: str, num_nodes: int | None = None, taccl_costs: bool = False) -> Topology:
     """A Topology from a TACCL topology profile (see the module docstring for the conversion).
 
-    `num_nodes` overrides the profile's optional `nnodes` (default 1)."""
+    `num_nodes` overrides the profile's optional `nnodes` (default 1). `taccl_costs=True` charges every
+    intra-node transfer the profile's `node_invbws_list` entry (alpha 0, as TACCL's routing and scheduling
+    MILPs do; `invbws` for custom profiles), so that predicted times compare one to one with TACCL's;
+    such a topology is exact at the profile's chunk size only."""
     if not is_taccl_profile(data):
         missing = [k for k in _PROFILE_KEYS if k not in data]
         raise TopologyError(f"TACCL profile {name!r}: missing field(s) {missing}; a TACCL profile needs "
@@ -92,6 +95,9 @@ def load_taccl_profile(data: dict, *, name: str, num_nodes: int | None = None) -
         raise TopologyError(f"TACCL profile {name!r}: 'alpha' must be >= 0")
 
     kind, counts, betas = _node_links(data, gpus, name)
+    if taccl_costs:
+        betas = _invbws(data, kind, counts, betas, gpus, name)
+        alpha_us = 0.0
     links: list[Link] = []
     for node in range(nodes):
         base = node * gpus
@@ -192,6 +198,22 @@ def _node_links(data: Mapping[str, Any], gpus: int, name: str
     kind = "dgx2" if "dgx2" in profile_name else "hub_and_spoke"
     pairs = [(s, d) for s in range(gpus) for d in range(gpus) if s != d]
     return kind, dict.fromkeys(pairs, 1), dict.fromkeys(pairs, float(class_betas[0]))
+
+
+def _invbws(data: Mapping[str, Any], kind: str, counts: dict[tuple[int, int], int],
+            betas: dict[tuple[int, int], float], gpus: int, name: str) -> dict[tuple[int, int], float]:
+    """Per-link invbw (TACCL's alpha + beta of one chunk) in place of beta."""
+    if kind == "custom":
+        inv = _matrix(data, "invbws", gpus, name)
+        return {(s, d): inv[d][s] for (s, d) in betas}
+    classes = data.get("node_invbws_list")
+    class_betas = data.get("node_betas_list")
+    if (not isinstance(classes, list) or not isinstance(class_betas, list) or len(classes) != len(class_betas)
+            or not all(isinstance(x, (int, float)) and x > 0 for x in classes)):
+        raise TopologyError(f"TACCL profile {name!r}: 'node_invbws_list' must list one positive number per entry of "
+                            "node_betas_list")
+    by_beta = {float(b): float(i) for b, i in zip(class_betas, classes, strict=True)}
+    return {arc: by_beta[beta] for arc, beta in betas.items()}
 
 
 def _matrix(data: Mapping[str, Any], key: str, gpus: int, name: str) -> list[list[float]]:

@@ -1,0 +1,362 @@
+"""Transfers, their orders on links and switches, and exact timing of a fixed order.
+
+A `ScheduleProblem` is a set of transfers (one chunk over one link) with dependencies (a transfer
+starts after the transfers it depends on have arrived). An `Orders` fixes the sequence of transfers on
+every link and every shared budget (switch port, NIC), and which consecutive inter-node transfers go
+together in one transfer. Given orders, the earliest start times are a longest path (`evaluate`); the
+orders themselves come from greedy list scheduling (`list_schedule`, TACCL's heuristic ordering: the
+transfer whose chunk still has the longest way to go goes first, ties by earliest possible start).
+
+Timing model (as the simulator's): a group of k chunks on link l starting at s holds l and all of its
+budgets until s + alpha_l + k * beta_l, when all k chunks arrive.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from types import MappingProxyType
+
+from collsynth.errors import CollsynthError
+
+Arc = tuple[int, int]
+COPY = "copy"
+REDUCE = "reduce"
+RULES = ("longest-remaining", "earliest-start", "longest-remaining-far", "earliest-start-far")
+
+
+class ScheduleError(CollsynthError):
+    """Orders that cannot be executed (a cycle between dependencies and link/switch orders)."""
+
+
+@dataclass(frozen=True)
+class Transfer:
+    chunk: int
+    src: int
+    dst: int
+    op: str = COPY
+    deps: tuple[int, ...] = ()
+
+    @property
+    def arc(self) -> Arc:
+        return self.src, self.dst
+
+
+@dataclass(frozen=True)
+class ScheduleProblem:
+    transfers: tuple[Transfer, ...]
+    alpha: Mapping[Arc, float]
+    beta: Mapping[Arc, float]  # per chunk, us
+    resources: tuple[frozenset[Arc], ...]
+    groupable: frozenset[Arc] = frozenset()
+    max_together: int = 1
+    # transfer -> class; on its link a transfer waits for every transfer of a lower class (senders first)
+    link_class: Mapping[int, int] = field(default_factory=dict)
+    # transfer -> number of chunks it carries (default 1; > 1 for a group merged into one transfer)
+    multiplicity: Mapping[int, int] = field(default_factory=dict)
+
+    def cost(self, t: int) -> float:
+        arc = self.transfers[t].arc
+        return self.alpha[arc] + self.multiplicity.get(t, 1) * self.beta[arc]
+
+    @cached_property
+    def resources_of(self) -> Mapping[Arc, tuple[int, ...]]:
+        out: dict[Arc, list[int]] = {}
+        for i, links in enumerate(self.resources):
+            for arc in links:
+                out.setdefault(arc, []).append(i)
+        return MappingProxyType({k: tuple(v) for k, v in out.items()})
+
+    @cached_property
+    def dependents(self) -> tuple[tuple[int, ...], ...]:
+        out: list[list[int]] = [[] for _ in self.transfers]
+        for t, tr in enumerate(self.transfers):
+            for d in tr.deps:
+                out[d].append(t)
+        return tuple(tuple(x) for x in out)
+
+    @cached_property
+    def remaining(self) -> tuple[float, ...]:
+        """Longest chain of transfer costs from the start of each transfer to the end of the schedule."""
+        order = self.topological_order()
+        tail = [0.0] * len(self.transfers)
+        for t in reversed(order):
+            tail[t] = self.cost(t) + max((tail[s] for s in self.dependents[t]), default=0.0)
+        return tuple(tail)
+
+    def topological_order(self) -> list[int]:
+        indeg = [len(tr.deps) for tr in self.transfers]
+        queue = [t for t, d in enumerate(indeg) if d == 0]
+        order = []
+        while queue:
+            t = queue.pop()
+            order.append(t)
+            for s in self.dependents[t]:
+                indeg[s] -= 1
+                if indeg[s] == 0:
+                    queue.append(s)
+        if len(order) != len(self.transfers):
+            raise ScheduleError("the transfers' dependencies form a cycle")
+        return order
+
+
+@dataclass(frozen=True)
+class Orders:
+    links: Mapping[Arc, tuple[int, ...]]
+    resources: tuple[tuple[int, ...], ...]
+    # transfers sent together with the transfer before them on their link
+    joins: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
+class Timing:
+    start: tuple[float, ...]
+    arrival: tuple[float, ...]
+    makespan: float
+
+
+def orders_from_times(problem: ScheduleProblem, priority: list[float], joins: frozenset[int] = frozenset()) -> Orders:
+    """Orders that sort each link's and budget's transfers by `priority` (e.g. start times)."""
+    per_link: dict[Arc, list[int]] = {}
+    for t, tr in enumerate(problem.transfers):
+        per_link.setdefault(tr.arc, []).append(t)
+    links = {arc: tuple(sorted(ts, key=lambda t: (priority[t], t))) for arc, ts in per_link.items()}
+    resources = []
+    for links_of_res in problem.resources:
+        members = [t for arc in links_of_res for t in per_link.get(arc, ())]
+        resources.append(tuple(sorted(members, key=lambda t: (priority[t], problem.transfers[t].arc, t))))
+    return Orders(MappingProxyType(links), tuple(resources), joins)
+
+
+def evaluate(problem: ScheduleProblem, orders: Orders) -> Timing:
+    """Earliest start and arrival of every transfer under the given orders (exact)."""
+    n = len(problem.transfers)
+    unit = list(range(n))  # unit (group head) of each transfer
+    members: dict[int, list[int]] = {t: [t] for t in range(n)}
+    for seq in orders.links.values():
+        for prev, nxt in zip(seq, seq[1:], strict=False):
+            if nxt in orders.joins:
+                head = unit[prev]
+                unit[nxt] = head
+                members[head].append(nxt)
+                del members[nxt]
+    heads = sorted(members)
+    # unit-level edges: (from unit, kind) where kind "arrive" waits for arrival, "free" for end of transfer
+    preds: dict[int, set[int]] = {h: set() for h in heads}
+    for t, tr in enumerate(problem.transfers):
+        for d in tr.deps:
+            if unit[d] == unit[t]:
+                raise ScheduleError(f"transfer {t} is grouped with transfer {d} it depends on")
+            preds[unit[t]].add(unit[d])
+    for seq in list(orders.links.values()) + list(orders.resources):
+        for prev, nxt in zip(seq, seq[1:], strict=False):
+            if unit[prev] != unit[nxt]:
+                preds[unit[nxt]].add(unit[prev])
+    succs: dict[int, list[int]] = {h: [] for h in heads}
+    indeg = {h: len(p) for h, p in preds.items()}
+    for h, p in preds.items():
+        for q in p:
+            succs[q].append(h)
+    queue = [h for h in heads if indeg[h] == 0]
+    start_u: dict[int, float] = {}
+    end_u: dict[int, float] = {}
+    done = 0
+    while queue:
+        h = queue.pop()
+        done += 1
+        s = max((end_u[q] for q in preds[h]), default=0.0)
+        start_u[h] = s
+        arc = problem.transfers[h].arc
+        chunks = sum(problem.multiplicity.get(m, 1) for m in members[h])
+        end_u[h] = s + problem.alpha[arc] + chunks * problem.beta[arc]
+        for q in succs[h]:
+            indeg[q] -= 1
+            if indeg[q] == 0:
+                queue.append(q)
+    if done != len(heads):
+        raise ScheduleError("the link/switch orders contradict the transfers' dependencies (a cycle)")
+    start = tuple(start_u[unit[t]] for t in range(n))
+    arrival = tuple(end_u[unit[t]] for t in range(n))
+    return Timing(start, arrival, max(arrival, default=0.0))
+
+
+def list_schedule(problem: ScheduleProblem, rule: str = RULES[0]) -> Orders:
+    """Greedy list scheduling: repeatedly place the best ready transfer (by `rule`) at the end of its link's
+    and budgets' queues, at the earliest time they and its inputs allow."""
+    if rule not in RULES:
+        raise ScheduleError(f"unknown ordering rule {rule!r}; use one of {', '.join(RULES)}")
+    n = len(problem.transfers)
+    tail = problem.remaining
+    ranks = 1 + max((max(tr.src, tr.dst) for tr in problem.transfers), default=0)
+    arrival = [0.0] * n
+    waiting = [len(tr.deps) for tr in problem.transfers]
+    link_free: dict[Arc, float] = {}
+    res_free = [0.0] * len(problem.resources)
+    link_seq: dict[Arc, list[int]] = {}
+    res_seq: list[list[int]] = [[] for _ in problem.resources]
+    # senders-first classes: a transfer waits for lower classes on its link
+    pending_lower: dict[tuple[Arc, int], int] = {}
+    for t, k in problem.link_class.items():
+        arc = problem.transfers[t].arc
+        for other in range(k + 1, 1 + max(problem.link_class.values(), default=0)):
+            pending_lower[(arc, other)] = pending_lower.get((arc, other), 0) + 1
+    blocked: dict[tuple[Arc, int], list[int]] = {}
+    far = rule.endswith("-far")
+    by_remaining = rule.startswith("longest-remaining")
+
+    def est(t: int) -> float:
+        tr = problem.transfers[t]
+        ready = max((arrival[d] for d in tr.deps), default=0.0)
+        ready = max(ready, link_free.get(tr.arc, 0.0))
+        for r in problem.resources_of.get(tr.arc, ()):
+            ready = max(ready, res_free[r])
+        return ready
+
+    def key(t: int) -> tuple:
+        tr = problem.transfers[t]
+        spread = (tr.dst - tr.src) % ranks
+        tie = (-spread if far else spread, tr.chunk, tr.src, tr.dst)
+        e = est(t)
+        return ((-tail[t], e) if by_remaining else (e, -tail[t])) + tie
+
+    heap: list[tuple] = []
+
+    def release(t: int) -> None:
+        k = problem.link_class.get(t, 0)
+        if pending_lower.get((problem.transfers[t].arc, k), 0) > 0:
+            blocked.setdefault((problem.transfers[t].arc, k), []).append(t)
+        else:
+            heapq.heappush(heap, (key(t), t))
+
+    for t in range(n):
+        if waiting[t] == 0:
+            release(t)
+    placed = 0
+    while heap:
+        k0, t = heapq.heappop(heap)
+        k1 = key(t)
+        if k1 != k0:  # stale: its earliest start moved (keys only grow)
+            heapq.heappush(heap, (k1, t))
+            continue
+        tr = problem.transfers[t]
+        s = est(t)
+        end = s + problem.cost(t)
+        arrival[t] = end
+        link_free[tr.arc] = end
+        link_seq.setdefault(tr.arc, []).append(t)
+        for r in problem.resources_of.get(tr.arc, ()):
+            res_free[r] = end
+            res_seq[r].append(t)
+        placed += 1
+        k = problem.link_class.get(t, 0)
+        top = 1 + max(problem.link_class.values(), default=0)
+        for other in range(k + 1, top):
+            slot = (tr.arc, other)
+            if slot in pending_lower:
+                pending_lower[slot] -= 1
+                if pending_lower[slot] == 0:
+                    for b in blocked.pop(slot, []):
+                        heapq.heappush(heap, (key(b), b))
+        for s2 in problem.dependents[t]:
+            waiting[s2] -= 1
+            if waiting[s2] == 0:
+                release(s2)
+    if placed != n:
+        raise ScheduleError("list scheduling stalled: some transfers never became ready (dependency cycle)")
+    return Orders(MappingProxyType({a: tuple(v) for a, v in link_seq.items()}), tuple(tuple(v) for v in res_seq))
+
+
+def best_list_schedule(problem: ScheduleProblem, rules: tuple[str, ...] = RULES) -> tuple[Orders, Timing, str]:
+    """Try each rule, return the orders with the smallest makespan (and the rule that made them)."""
+    best: tuple[Orders, Timing, str] | None = None
+    for rule in rules:
+        orders = list_schedule(problem, rule)
+        timing = evaluate(problem, orders)
+        if best is None or timing.makespan < best[1].makespan - 1e-9:
+            best = (orders, timing, rule)
+    assert best is not None
+    return best
+
+
+def join_candidates(problem: ScheduleProblem, orders: Orders) -> list[tuple[int, int]]:
+    """(prev, next) consecutive on an inter-node link, also consecutive on every budget of that link, and
+    independent of each other: the pairs that may be sent together."""
+    if problem.max_together < 2:
+        return []
+    position = [{t: i for i, t in enumerate(seq)} for seq in orders.resources]
+    out = []
+    for arc, seq in orders.links.items():
+        if arc not in problem.groupable:
+            continue
+        budgets = problem.resources_of.get(arc, ())
+        for prev, nxt in zip(seq, seq[1:], strict=False):
+            if prev in problem.transfers[nxt].deps:
+                continue
+            if all(position[r].get(nxt, -9) == position[r].get(prev, -9) + 1 for r in budgets):
+                out.append((prev, nxt))
+    return out
+
+
+def greedy_joins(problem: ScheduleProblem, orders: Orders) -> tuple[Orders, Timing]:
+    """Join consecutive inter-node transfers one pair at a time (in link order) whenever the makespan
+    does not grow; groups stay within max_together."""
+    best = evaluate(problem, orders)
+    joins = set(orders.joins)
+    group_size: dict[int, int] = {}
+    for seq in orders.links.values():
+        run = 1
+        for t in seq:
+            run = run + 1 if t in joins else 1
+            group_size[t] = run
+    for prev, nxt in join_candidates(problem, orders):
+        if nxt in joins or group_size.get(prev, 1) + 1 > problem.max_together:
+            continue
+        trial = replace(orders, joins=frozenset(joins | {nxt}))
+        try:
+            timing = evaluate(problem, trial)
+        except ScheduleError:
+            continue
+        if timing.makespan <= best.makespan + 1e-9:
+            joins.add(nxt)
+            group_size[nxt] = group_size.get(prev, 1) + 1
+            best = timing
+    return replace(orders, joins=frozenset(joins)), best
+
+
+def relist_with_groups(problem: ScheduleProblem, orders: Orders,
+                       rules: tuple[str, ...] = RULES) -> tuple[Orders, Timing]:
+    """List-schedule again with each group of joined transfers as one transfer (so that what follows a
+    group is ordered knowing when the group arrives); returns the expanded orders and their timing."""
+    head_of: dict[int, int] = {}
+    members: dict[int, list[int]] = {}
+    for seq in orders.links.values():
+        head = None
+        for t in seq:
+            if t in orders.joins and head is not None:
+                members[head].append(t)
+                head_of[t] = head
+            else:
+                head = t
+                members[t] = [t]
+                head_of[t] = t
+    heads = sorted(members)
+    new_id = {h: i for i, h in enumerate(heads)}
+    merged = []
+    for h in heads:
+        deps = sorted({new_id[head_of[d]] for m in members[h] for d in problem.transfers[m].deps} - {new_id[h]})
+        tr = problem.transfers[h]
+        merged.append(Transfer(tr.chunk, tr.src, tr.dst, tr.op, tuple(deps)))
+    link_class = {new_id[h]: min(problem.link_class.get(m, 0) for m in members[h]) for h in heads
+                  if any(m in problem.link_class for m in members[h])}
+    multiplicity = {new_id[h]: len(members[h]) for h in heads if len(members[h]) > 1}
+    merged_problem = replace(problem, transfers=tuple(merged), link_class=link_class, multiplicity=multiplicity)
+    merged_orders, _, _ = best_list_schedule(merged_problem, rules)
+
+    def expand(seq: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(m for i in seq for m in members[heads[i]])
+
+    expanded = Orders(MappingProxyType({arc: expand(seq) for arc, seq in merged_orders.links.items()}),
+                      tuple(expand(seq) for seq in merged_orders.resources), orders.joins)
+    return expanded, evaluate(problem, expanded)

@@ -1,0 +1,745 @@
+"""TACCL-style MILP encodings, written for open-source solvers (CBC, HiGHS).
+
+Two models (plus the greedy ordering between them, `milp_ordering.py`):
+
+1. Routing (`build_routing_model`): which links each chunk crosses. Binary x[c,a] for the links a
+   chunk may use (no variables for links the sketch forbids); per destination a unit path flow
+   f[c,d,a] <= x[c,a] whose length bounds the makespan T. This multi-commodity-flow form needs no
+   big-M and its LP relaxation is tight: T is bounded by path lengths, by link and switch/NIC loads
+   with release times (for each h, the chunks that cannot reach the link before h all cross it after h,
+   one at a time, then still need their tail) and by a port's fan-out after a chunk arrives. Symmetric
+   (chunk, link) pairs share one variable and only one representative per orbit gets rows, so the
+   model shrinks by the order of the symmetry group. A switch sketch's few/many-connections wish is a
+   second, lexicographic objective (distinct links, with T held at its optimum).
+   The optimum is a lower bound on every schedule the sketch allows (no contention is modelled).
+2. Scheduling (`build_schedule_model`): exact start times for fixed routes and fixed orders on links
+   and budgets, and which consecutive inter-node transfers go together (binary g) to pay alpha once.
+   Without inter-node links it is an LP. Its big-M is the makespan of the heuristic schedule (a valid
+   upper bound on every start time), never a fixed 1e7.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import numpy as np
+
+from collsynth.encodings.milp_instance import Arc, RoutingInstance
+from collsynth.encodings.milp_model import INF, MilpModel, ModelSize
+from collsynth.encodings.milp_ordering import COPY, Orders, ScheduleProblem, Timing, Transfer, join_candidates
+from collsynth.errors import CollsynthError
+
+# release-time rows per link / budget (see _release_subsets)
+MAX_RELEASE_ROWS = 6
+
+
+class RoutingError(CollsynthError):
+    """Routes that do not deliver every chunk (a solver answer that fails our own check)."""
+
+
+@dataclass(frozen=True)
+class Routes:
+    """Per chunk, the links it crosses: a tree from its sources reaching all of its targets."""
+    trees: tuple[tuple[Arc, ...], ...]
+
+
+# --- union-find over symmetric items --------------------------------------------------------------
+
+def _find(parent: list[int], i: int) -> int:
+    while parent[i] != i:
+        parent[i] = parent[parent[i]]
+        i = parent[i]
+    return i
+
+
+def _orbits(items: list, image) -> list[int]:
+    """Representative index of each item's orbit under the maps `image(item) -> iterable of items`."""
+    index = {it: i for i, it in enumerate(items)}
+    parent = list(range(len(items)))
+    for i, it in enumerate(items):
+        for other in image(it):
+            j = index[other]
+            a, b = _find(parent, i), _find(parent, j)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    return [_find(parent, i) for i in range(len(items))]
+
+
+# --- heuristic routes -------------------------------------------------------------------------
+
+def ring_links(inst: RoutingInstance) -> frozenset[Arc]:
+    """For switches that ask for few connections: a ring over each switch's ranks (in the sketch's order),
+    the fewest links that let every rank reach every other."""
+    gpus = inst.gpus_per_node
+    ring: set[Arc] = set()
+    for sw in inst.sketch.switches:
+        if sw.connections != "min":
+            continue
+        for node in range(inst.sketch.num_nodes):
+            ranks = [node * gpus + r for r in sw.ranks]
+            ring.update((a, b) for a, b in zip(ranks, ranks[1:] + ranks[:1], strict=True))
+    return frozenset(ring)
+
+
+def heuristic_routes(inst: RoutingInstance, prefer: frozenset[Arc] | None = None, *,
+                     congestion: bool = False, min_hops: bool = False) -> tuple[Routes, bool]:
+    """Greedy trees, one chunk per symmetry orbit at a time, mapped onto the rest of the orbit.
+
+    Each tree is a shortest-time tree. Without `congestion` a link costs its transfer time (ties go to
+    lightly loaded links); with it, a link is also busy for the load that earlier trees (and this tree's
+    settled links) put on it and on its switch ports/NICs, so later chunks avoid crowded links. With
+    `prefer`, links of the sketch's few-connections switches are used only if they are in `prefer`
+    (when that still reaches every target). With `min_hops`, chunks move along minimum-hop paths only.
+    Returns (routes, symmetric): whether the routes respect the sketch's symmetry (so they can
+    warm-start the routing MILP)."""
+    sym = inst.symmetry
+    load: dict[tuple[str, object], float] = {}
+    trees: list[tuple[Arc, ...] | None] = [None] * len(inst.chunks)
+    symmetric = True
+    for c in range(len(inst.chunks)):
+        if trees[c] is not None:
+            continue
+        tree = None
+        hops = set(inst.chunks[c].hop_arcs) if min_hops else None
+        if prefer is not None:
+            tree = _dijkstra_tree(inst, c, load, congestion, lambda a: a in prefer or a not in inst.unique_links)
+        if tree is None and hops is not None:
+            tree = _dijkstra_tree(inst, c, load, congestion, hops.__contains__)
+        if tree is None:
+            tree = _dijkstra_tree(inst, c, load, congestion)
+        assert tree is not None  # build_instance checked that every target is reachable
+        for g in range(sym.order):
+            image = sym.chunk_perms[g][c]
+            mapped = tuple(sorted(sym.map_arc(g, a) for a in tree))
+            if trees[image] is None:
+                trees[image] = mapped
+                for a in mapped:
+                    _add_load(inst, load, a)
+            elif trees[image] != mapped:
+                symmetric = False
+    return Routes(tuple(t or () for t in trees)), symmetric
+
+
+def _add_load(inst: RoutingInstance, load: dict, a: Arc) -> None:
+    cost = inst.link_cost[a]
+    load[("link", a)] = load.get(("link", a), 0.0) + cost
+    for r in inst.resources_of.get(a, ()):
+        load[("budget", r)] = load.get(("budget", r), 0.0) + cost
+
+
+def _busy(inst: RoutingInstance, load: Mapping, a: Arc) -> float:
+    busy = load.get(("link", a), 0.0)
+    for r in inst.resources_of.get(a, ()):
+        busy = max(busy, load.get(("budget", r), 0.0))
+    return busy
+
+
+def _dijkstra_tree(inst: RoutingInstance, c: int, load: Mapping, congestion: bool,
+                   allowed=None) -> tuple[Arc, ...] | None:
+    routes = inst.chunks[c]
+    out: dict[int, list[int]] = {}
+    for u, v in routes.arcs:
+        if allowed is None or allowed((u, v)):
+            out.setdefault(u, []).append(v)
+    local = dict(load)  # this tree's own settled links count too
+    best: dict[int, tuple[float, float]] = {s: (0.0, 0.0) for s in routes.sources}
+    parent: dict[int, int] = {}
+    heap: list[tuple[float, float, int, int]] = [(0.0, 0.0, s, -1) for s in routes.sources]
+    done: set[int] = set()
+    while heap:
+        t, l, u, via = heapq.heappop(heap)
+        if u in done:
+            continue
+        if via >= 0 and congestion:
+            # the link may have become busier since this entry was pushed: re-time it (times only grow)
+            again = max(best[via][0], _busy(inst, local, (via, u))) + inst.link_cost[(via, u)]
+            if again > t + 1e-12:
+                heapq.heappush(heap, (again, l, u, via))
+                continue
+        done.add(u)
+        if via >= 0:
+            parent[u] = via
+            best[u] = (t, l)
+            if congestion:
+                _add_load(inst, local, (via, u))
+        for v in out.get(u, ()):
+            if v in done:
+                continue
+            a = (u, v)
+            busy = _busy(inst, local, a)
+            begin = max(t, busy) if congestion else t
+            heapq.heappush(heap, (begin + inst.link_cost[a], l + busy, v, u))
+    arcs: set[Arc] = set()
+    if any(d not in best for d in routes.targets):
+        return None
+    for d in routes.targets:
+        v = d
+        while v not in routes.sources:
+            u = parent[v]
+            if (u, v) in arcs:
+                break
+            arcs.add((u, v))
+            v = u
+    return tuple(sorted(arcs))
+
+
+def check_routes(inst: RoutingInstance, routes: Routes) -> Routes:
+    """Prune links that lead to no target and check every target is reached exactly once."""
+    pruned = []
+    for c, tree in enumerate(routes.trees):
+        info = inst.chunks[c]
+        parent: dict[int, int] = {}
+        for u, v in tree:
+            if v in parent:
+                raise RoutingError(f"chunk {c} reaches rank {v} twice (from {parent[v]} and {u})")
+            parent[v] = u
+        keep: set[Arc] = set()
+        for d in info.targets:
+            v, hops = d, 0
+            while v not in info.sources:
+                if v not in parent or hops > len(tree):
+                    raise RoutingError(f"chunk {c} never reaches rank {d}")
+                keep.add((parent[v], v))
+                v, hops = parent[v], hops + 1
+        pruned.append(tuple(sorted(keep)))
+    return Routes(tuple(pruned))
+
+
+# --- 1. routing model -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RoutingModel:
+    model: MilpModel
+    x_col: Mapping[tuple[int, Arc], int]  # (chunk, link) -> column (shared within a symmetry orbit)
+    flow_col: Mapping[tuple[int, int, Arc], int]  # (chunk, target, link) -> column, representative chunks
+    used_col: Mapping[Arc, int]  # groupable link used at all
+    unique_col: Mapping[Arc, int]
+    makespan_col: int
+    makespan_rows: tuple[int, ...]  # rows of the form expr - T <= 0
+    unique_orbits: Mapping[int, int]  # distinct-link column (one per symmetry orbit of links) -> orbit size
+
+
+def set_makespan_objective(rm: RoutingModel) -> None:
+    """Objective: minimize T (the first, lexicographically dominant, routing objective)."""
+    rm.model.set_cost(rm.makespan_col, 1.0)
+    for col in rm.unique_orbits:
+        rm.model.set_cost(col, 0.0)
+
+
+def set_connections_objective(rm: RoutingModel, policy: str, makespan: float) -> None:
+    """Objective: fewest (policy "min") or most ("max") distinct switch links, keeping T <= makespan."""
+    rm.model.set_cost(rm.makespan_col, 0.0)
+    rm.model.set_bounds(rm.makespan_col, 0.0, makespan)
+    sign = 1.0 if policy == "min" else -1.0
+    for col, size in rm.unique_orbits.items():
+        rm.model.set_cost(col, sign * size)
+
+
+def build_routing_model(inst: RoutingInstance, *, upper_bound: float | None = None) -> RoutingModel:
+    """The routing MILP (module docstring, 1)."""
+    model = MilpModel(f"route_{inst.collective.name}_{inst.topology.name}")
+    sym = inst.symmetry
+    pairs = [(c, a) for c, ch in enumerate(inst.chunks) for a in ch.arcs]
+    reps = _orbits(pairs, lambda p: [(sym.chunk_perms[g][p[0]], sym.map_arc(g, p[1])) for g in range(sym.order)])
+    rep_col: dict[int, int] = {}
+    x_col: dict[tuple[int, Arc], int] = {}
+    for i, pair in enumerate(pairs):
+        r = reps[i]
+        if r not in rep_col:
+            rep_col[r] = model.add_binaries(1)[0]
+        x_col[pair] = rep_col[r]
+    makespan = model.add_columns(1, lb=0.0, ub=upper_bound if upper_bound is not None else INF, cost=1.0)[0]
+    chunk_reps = sorted({min(sym.chunk_perms[g][c] for g in range(sym.order)) for c in range(len(inst.chunks))})
+    arcs = sorted({a for ch in inst.chunks for a in ch.arcs})
+    arc_rep = _orbits(arcs, lambda a: [sym.map_arc(g, a) for g in range(sym.order)])
+    rep_arcs = [a for i, a in enumerate(arcs) if arc_rep[i] == i]
+    makespan_rows: list[int] = []
+
+    def bound_makespan(family: str, cols: list[int], coefs: list[float], const: float = 0.0) -> None:
+        # const + expr <= T
+        makespan_rows.append(model.num_rows)
+        model.add_row(family, cols + [makespan], coefs + [-1.0], hi=-const)
+
+    _receive_once(model, inst, x_col, chunk_reps)
+    _send_only_held(model, inst, x_col, chunk_reps)
+    flow_col = _path_flows(model, inst, x_col, chunk_reps, bound_makespan)
+    head, tail = _head_tail(inst)
+    used_col = _link_load(model, inst, x_col, rep_arcs, head, tail, bound_makespan)
+    _budget_load(model, inst, x_col, used_col, head, tail, bound_makespan)
+    _fanout_after_arrival(model, inst, x_col, flow_col, chunk_reps, bound_makespan)
+    unique_col, orbits = _unique_links(model, inst, x_col, flow_col, chunk_reps)
+    return RoutingModel(model, MappingProxyType(x_col), MappingProxyType(flow_col), MappingProxyType(used_col),
+                        MappingProxyType(unique_col), makespan, tuple(makespan_rows), MappingProxyType(orbits))
+
+
+def _receive_once(model: MilpModel, inst: RoutingInstance, x_col, chunk_reps: list[int]) -> None:
+    # sum_{a into d} x[c,a] = 1 for each target d of c; <= 1 for ranks that only relay c
+    for c in chunk_reps:
+        ch = inst.chunks[c]
+        into: dict[int, list[int]] = {}
+        for a in ch.arcs:
+            into.setdefault(a[1], []).append(x_col[(c, a)])
+        targets = set(ch.targets)
+        for v, cols in into.items():
+            if v in targets:
+                model.add_row("receive_once", cols, [1.0] * len(cols), lo=1.0, hi=1.0)
+            elif len(cols) > 1:
+                model.add_row("relay_receives_once", cols, [1.0] * len(cols), hi=1.0)
+
+
+def _send_only_held(model: MilpModel, inst: RoutingInstance, x_col, chunk_reps: list[int]) -> None:
+    # x[c,(u,v)] <= sum_{a into u} x[c,a] for u not a source of c
+    for c in chunk_reps:
+        ch = inst.chunks[c]
+        into: dict[int, list[int]] = {}
+        for a in ch.arcs:
+            into.setdefault(a[1], []).append(x_col[(c, a)])
+        sources = set(ch.sources)
+        for a in ch.arcs:
+            u = a[0]
+            if u in sources:
+                continue
+            cols = into.get(u, [])
+            model.add_row("send_only_held", [x_col[(c, a)]] + cols, [1.0] + [-1.0] * len(cols), hi=0.0)
+
+
+def _path_flows(model: MilpModel, inst: RoutingInstance, x_col, chunk_reps: list[int], bound_makespan):
+    # in_f(v) - out_f(v) = [v == d] at non-sources; f[c,d,a] <= x[c,a]; sum_a cost_a f[c,d,a] <= T
+    flow_col: dict[tuple[int, int, Arc], int] = {}
+    for c in chunk_reps:
+        ch = inst.chunks[c]
+        sources = set(ch.sources)
+        for d in ch.targets:
+            arcs = ch.paths_to[d]
+            cols = model.add_columns(len(arcs), lb=0.0, ub=1.0)
+            balance: dict[int, tuple[list[int], list[float]]] = {}
+            for col, a in zip(cols, arcs, strict=True):
+                flow_col[(c, d, a)] = col
+                model.add_row("flow_within_route", [col, x_col[(c, a)]], [1.0, -1.0], hi=0.0)
+                for v, sign in ((a[1], 1.0), (a[0], -1.0)):
+                    if v in sources:
+                        continue
+                    entry = balance.setdefault(v, ([], []))
+                    entry[0].append(col)
+                    entry[1].append(sign)
+            for v, (bcols, coefs) in balance.items():
+                rhs = 1.0 if v == d else 0.0
+                model.add_row("flow_conservation", bcols, coefs, lo=rhs, hi=rhs)
+            bound_makespan("arrival_before_makespan", list(cols), [inst.link_cost[a] for a in arcs])
+    return flow_col
+
+
+def _head_tail(inst: RoutingInstance) -> tuple[dict[tuple[int, Arc], float], dict[tuple[int, Arc], float]]:
+    """Per (chunk, link): the earliest the chunk can be at the link's source (head: its shortest time
+    there), and the least time it still needs after crossing (tail; > 0 only for a link that is the
+    chunk's only way into the destination's node, which must then reach that node's targets from there)."""
+    head: dict[tuple[int, Arc], float] = {}
+    tail: dict[tuple[int, Arc], float] = {}
+    for c, ch in enumerate(inst.chunks):
+        out: dict[int, list[tuple[int, float]]] = {}
+        for a in ch.arcs:
+            out.setdefault(a[0], []).append((a[1], inst.link_cost[a]))
+        dist = _shortest_times(out, ch.sources)
+        entries: dict[int, set[int]] = {}
+        for u, v in ch.arcs:
+            if inst.node_of(u) != inst.node_of(v):
+                entries.setdefault(inst.node_of(v), set()).add(v)
+        for a in ch.arcs:
+            head[(c, a)] = dist.get(a[0], INF)
+            t = 0.0
+            node = inst.node_of(a[1])
+            if inst.node_of(a[0]) != node and entries.get(node) == {a[1]}:
+                from_entry = _shortest_times(out, (a[1],))
+                t = max((from_entry.get(d, 0.0) for d in ch.targets if inst.node_of(d) == node), default=0.0)
+            tail[(c, a)] = t
+    return head, tail
+
+
+def _release_subsets(jobs: list[tuple[float, float, int, float]], limit: int = MAX_RELEASE_ROWS):
+    """For jobs (head, tail, column, coefficient) sharing one link or budget: the subsets "every job
+    released at or after h", for up to `limit` thresholds h. Each yields (h + least tail, cols, coefs):
+    such jobs all start after h and run one at a time, so h + their total time + a tail <= T."""
+    heads = sorted({h for h, *_ in jobs})
+    if len(heads) > limit:
+        heads = [heads[round(i * (len(heads) - 1) / (limit - 1))] for i in range(limit)]
+    for h in heads:
+        members = [j for j in jobs if j[0] >= h]
+        yield h + min(j[1] for j in members), [j[2] for j in members], [j[3] for j in members], len(members)
+
+
+def _shortest_times(out: Mapping[int, list[tuple[int, float]]], sources) -> dict[int, float]:
+    dist = {s: 0.0 for s in sources}
+    heap = [(0.0, s) for s in sources]
+    while heap:
+        d, u = heapq.heappop(heap)
+        if d > dist.get(u, INF):
+            continue
+        for v, w in out.get(u, ()):
+            if d + w < dist.get(v, INF):
+                dist[v] = d + w
+                heapq.heappush(heap, (d + w, v))
+    return dist
+
+
+def _link_load(model: MilpModel, inst: RoutingInstance, x_col, rep_arcs: list[Arc], head, tail, bound_makespan):
+    # for each release time h of the chunks that may cross l: h + sum_{c: head_c >= h} cost_l x[c,l] + tail <= T;
+    # inter-node links, whose chunks may go K at a time, use alpha_l / K + beta_l per chunk, and also
+    # head + alpha_l used_l + beta_l sum_c x[c,l] + tail <= T with used_l >= x[c,l]
+    sym = inst.symmetry
+    users: dict[Arc, list[tuple[int, int]]] = {}
+    for (c, a), col in x_col.items():
+        users.setdefault(a, []).append((c, col))
+    used_col: dict[Arc, int] = {}
+    for a in rep_arcs:
+        pairs = users.get(a, [])
+        if not pairs:
+            continue
+        grouped = a in inst.groupable
+        per_chunk = inst.link_alpha[a] / max(1, inst.max_together) + inst.link_beta[a] if grouped \
+            else inst.link_cost[a]
+        jobs = [(head[(c, a)], tail[(c, a)], col, per_chunk) for c, col in pairs]
+        for const, cols, coefs, count in _release_subsets(jobs):
+            if count > 1 or const > 0:
+                bound_makespan("link_load", cols, coefs, const)
+        if grouped:
+            used = model.add_columns(1, lb=0.0, ub=1.0)[0]
+            for g in range(sym.order):
+                used_col[sym.map_arc(g, a)] = used
+            for col in {col for _, col in pairs}:
+                model.add_row("link_used", [col, used], [1.0, -1.0], hi=0.0)
+            const = min(head[(c, a)] for c, _ in pairs) + min(tail[(c, a)] for c, _ in pairs)
+            cols = [col for _, col in pairs]
+            bound_makespan("link_load_alpha_once", [used] + cols,
+                           [inst.link_alpha[a]] + [inst.link_beta[a]] * len(cols), const)
+    return used_col
+
+
+def _budget_load(model: MilpModel, inst: RoutingInstance, x_col, used_col, head, tail, bound_makespan) -> None:
+    # as link_load, over all links of a switch port / NIC S: h + sum_{l in S} sum_{c: head >= h} cost x + tail <= T
+    users: dict[Arc, list[tuple[int, int]]] = {}
+    for (c, a), col in x_col.items():
+        users.setdefault(a, []).append((c, col))
+    seen: set[tuple] = set()
+    for res in inst.resources:
+        jobs = []
+        for a in sorted(res.links):
+            grouped = a in inst.groupable
+            per_chunk = inst.link_alpha[a] / max(1, inst.max_together) + inst.link_beta[a] if grouped \
+                else inst.link_cost[a]
+            jobs += [(head[(c, a)], tail[(c, a)], col, per_chunk) for c, col in users.get(a, [])]
+        if len(jobs) < 2:
+            continue
+        key = tuple(sorted(jobs))
+        if key in seen:
+            continue
+        seen.add(key)
+        for const, cols, coefs, count in _release_subsets(jobs):
+            if count > 1:
+                bound_makespan("budget_load", cols, coefs, const)
+
+
+def _fanout_after_arrival(model: MilpModel, inst: RoutingInstance, x_col, flow_col, chunk_reps, bound_makespan):
+    # arrival(c,u) + sum_{(u,v) in S} cost x[c,(u,v)] <= T for each out-port S of a rank u that receives c
+    out_ports: dict[int, list] = {}
+    for res in inst.resources:
+        if res.port == "out" and res.rank is not None:
+            out_ports.setdefault(res.rank, []).append(res)
+    for c in chunk_reps:
+        ch = inst.chunks[c]
+        arcs_from: dict[int, list[Arc]] = {}
+        for a in ch.arcs:
+            arcs_from.setdefault(a[0], []).append(a)
+        for u in ch.targets:
+            for res in out_ports.get(u, ()):
+                sends = [a for a in arcs_from.get(u, ()) if a in res.links]
+                if len(sends) < 2:
+                    continue
+                path = [(flow_col[(c, u, a)], inst.link_cost[a]) for a in ch.paths_to[u]]
+                cols = [col for col, _ in path] + [x_col[(c, a)] for a in sends]
+                coefs = [w for _, w in path] + [inst.link_cost[a] for a in sends]
+                bound_makespan("fanout_after_arrival", cols, coefs)
+
+
+def _unique_links(model: MilpModel, inst: RoutingInstance, x_col, flow_col, chunk_reps):
+    # min: u_o >= x[c,l] for l in link orbit o;  max: u_o <= sum_c x[c,l], and x[c,a] <= sum_d f[c,d,a]
+    # so that no link is used just to be counted. One u per symmetry orbit of links (the routes are
+    # symmetric, so are the links they use); the objective on them is set by set_connections_objective.
+    if inst.unique_policy is None:
+        return {}, {}
+    sym = inst.symmetry
+    users: dict[Arc, list[int]] = {}
+    for (_c, a), col in x_col.items():
+        if a in inst.unique_links:
+            users.setdefault(a, []).append(col)
+    links = sorted(users)
+    link_rep = _orbits(links, lambda a: [sym.map_arc(g, a) for g in range(sym.order)])
+    orbit_size: dict[int, int] = {}
+    for r in link_rep:
+        orbit_size[r] = orbit_size.get(r, 0) + 1
+    unique_col: dict[Arc, int] = {}
+    orbit_col: dict[int, int] = {}
+    for i, a in enumerate(links):
+        r = link_rep[i]
+        if r not in orbit_col:
+            orbit_col[r] = model.add_columns(1, lb=0.0, ub=1.0, integer=True)[0]
+        unique_col[a] = orbit_col[r]
+    for i, a in enumerate(links):
+        if link_rep[i] != i:
+            continue
+        u = orbit_col[i]
+        if inst.unique_policy == "min":
+            for col in sorted(set(users[a])):
+                model.add_row("unique_link_used", [col, u], [1.0, -1.0], hi=0.0)
+        else:
+            distinct = sorted(set(users[a]))
+            model.add_row("unique_link_counted", [u] + distinct, [1.0] + [-1.0] * len(distinct), hi=0.0)
+    if inst.unique_policy == "max":
+        for c in chunk_reps:
+            ch = inst.chunks[c]
+            for a in ch.arcs:
+                flows = [flow_col[(c, d, a)] for d in ch.targets if (c, d, a) in flow_col]
+                model.add_row("no_stray_links", [x_col[(c, a)]] + flows, [1.0] + [-1.0] * len(flows), hi=0.0)
+    return unique_col, {orbit_col[r]: orbit_size[r] for r in orbit_col}
+
+
+def routing_start(inst: RoutingInstance, rm: RoutingModel, routes: Routes) -> np.ndarray:
+    """A feasible point of the routing model from routes that respect the symmetry."""
+    x = np.zeros(rm.model.num_columns)
+    for c, tree in enumerate(routes.trees):
+        for a in tree:
+            x[rm.x_col[(c, a)]] = 1.0
+    parent = [{v: u for u, v in tree} for tree in routes.trees]
+    for (c, d, a), col in rm.flow_col.items():
+        v = d
+        on_path = False
+        sources = set(inst.chunks[c].sources)
+        while v not in sources:
+            u = parent[c][v]
+            if (u, v) == a:
+                on_path = True
+                break
+            v = u
+        x[col] = 1.0 if on_path else 0.0
+    for a, col in rm.used_col.items():
+        x[col] = 1.0 if any(a in tree for tree in routes.trees) else 0.0
+    for a, col in rm.unique_col.items():
+        x[col] = 1.0 if any(a in tree for tree in routes.trees) else 0.0
+    act = rm.model.activities(x)
+    # rows read const + expr - T <= 0, stored as expr - T <= -const
+    x[rm.makespan_col] = max((act[r] - rm.model.row_upper(r) for r in rm.makespan_rows), default=0.0)
+    return x
+
+
+def routes_from_solution(inst: RoutingInstance, rm: RoutingModel, values: np.ndarray) -> Routes:
+    trees = []
+    for c, ch in enumerate(inst.chunks):
+        trees.append(tuple(a for a in ch.arcs if values[rm.x_col[(c, a)]] > 0.5))
+    return check_routes(inst, Routes(tuple(trees)))
+
+
+def min_links_lower_bound(inst: RoutingInstance) -> int:
+    """Fewest distinct few-connections switch links any routing needs: every rank that can receive some
+    chunk only over such links needs at least one of them coming in."""
+    needy: set[int] = set()
+    for ch in inst.chunks:
+        into: dict[int, list[Arc]] = {}
+        for a in ch.arcs:
+            into.setdefault(a[1], []).append(a)
+        for d in ch.targets:
+            if d not in needy and into.get(d) and all(a in inst.unique_links for a in into[d]):
+                needy.add(d)
+    return len(needy)
+
+
+def distinct_links(rm: RoutingModel, values: np.ndarray) -> int:
+    """Distinct switch links in use (for the few/many-connections policies)."""
+    return int(round(sum(size * values[col] for col, size in rm.unique_orbits.items())))
+
+
+# --- transfers from routes ---------------------------------------------------------------------
+
+def transfers_from_routes(inst: RoutingInstance, routes: Routes) -> ScheduleProblem:
+    """One transfer per (chunk, link) of the routes; each waits for the transfer that brought the chunk."""
+    transfers: list[Transfer] = []
+    link_class: dict[int, int] = {}
+    senders_first = inst.sketch.senders_first
+    for c, tree in enumerate(routes.trees):
+        order = _tree_order(inst.chunks[c].sources, tree)
+        index: dict[int, int] = {}
+        for u, v in order:
+            deps = (index[u],) if u in index else ()
+            index[v] = len(transfers)
+            if senders_first and (u, v) in inst.groupable:
+                link_class[len(transfers)] = 0 if u in inst.chunks[c].sources else 1
+            transfers.append(Transfer(c, u, v, COPY, deps))
+    return ScheduleProblem(tuple(transfers), inst.link_alpha, inst.link_beta,
+                           tuple(res.links for res in inst.resources), inst.groupable, inst.max_together,
+                           MappingProxyType(link_class))
+
+
+def _tree_order(sources: tuple[int, ...], tree: tuple[Arc, ...]) -> list[Arc]:
+    """Tree links parents first."""
+    children: dict[int, list[int]] = {}
+    for u, v in tree:
+        children.setdefault(u, []).append(v)
+    order: list[Arc] = []
+    stack = list(sources)
+    while stack:
+        u = stack.pop()
+        for v in sorted(children.get(u, ())):
+            order.append((u, v))
+            stack.append(v)
+    return order
+
+
+# --- 3. scheduling / contiguity model ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ScheduleModel:
+    model: MilpModel
+    start_col: tuple[int, ...]
+    join_col: Mapping[int, int]  # transfer -> binary "sent together with the one before it on its link"
+    makespan_col: int
+    acc_col: Mapping[int, int]  # transfer -> time its data has been pushed (inter-node candidates only)
+    arr_col: Mapping[int, int]  # transfer -> time its group arrives
+
+
+def build_schedule_model(problem: ScheduleProblem, orders: Orders, upper_bound: float) -> ScheduleModel:
+    """Exact times for fixed orders, and which inter-node transfers go together (module docstring, 2)."""
+    n = len(problem.transfers)
+    model = MilpModel("schedule")
+    big_m = upper_bound * (1.0 + 1e-6) + 1e-6
+    start = model.add_columns(n, lb=0.0, ub=big_m)
+    makespan = model.add_columns(1, lb=0.0, ub=big_m, cost=1.0)[0]
+    candidates = join_candidates(problem, orders)
+    join_col: dict[int, int] = {}
+    for _, nxt in candidates:
+        join_col[nxt] = model.add_binaries(1)[0]
+    # group-capable transfers get acc (data pushed) and arr (group arrives) columns
+    grouped = sorted({t for pair in candidates for t in pair})
+    acc: dict[int, int] = {}
+    arr: dict[int, int] = {}
+    for t in grouped:
+        acc[t] = model.add_columns(1, lb=0.0, ub=big_m)[0]
+        arr[t] = model.add_columns(1, lb=0.0, ub=big_m)[0]
+
+    def arrival(t: int) -> tuple[list[int], list[float], float]:
+        # arrival(t) as (cols, coefs, constant)
+        if t in arr:
+            return [arr[t]], [1.0], 0.0
+        return [start[t]], [1.0], problem.cost(t)
+
+    def end(t: int) -> tuple[list[int], list[float], float]:
+        if t in acc:
+            return [acc[t]], [1.0], 0.0
+        return [start[t]], [1.0], problem.cost(t)
+
+    _wait_for_inputs(model, problem, start, arrival)
+    _link_order(model, problem, orders, start, end, join_col, big_m)
+    _group_accumulates(model, problem, orders, start, acc, arr, join_col, big_m)
+    _max_together(model, problem, orders, join_col)
+    _budget_order(model, orders, start, end, join_col, big_m)
+    _schedule_makespan(model, problem, makespan, arrival)
+    return ScheduleModel(model, tuple(start), MappingProxyType(join_col), makespan, MappingProxyType(acc),
+                         MappingProxyType(arr))
+
+
+def _wait_for_inputs(model, problem: ScheduleProblem, start, arrival) -> None:
+    # start[t] >= arrival[d] for each dependency d of t
+    for t, tr in enumerate(problem.transfers):
+        for d in tr.deps:
+            cols, coefs, const = arrival(d)
+            model.add_row("wait_for_inputs", [start[t]] + cols, [1.0] + [-c for c in coefs], lo=const)
+
+
+def _link_order(model, problem: ScheduleProblem, orders: Orders, start, end, join_col, big_m: float) -> None:
+    # start[next] >= end[prev] - M g;  start[next] >= start[prev];  start[next] <= start[prev] + M (1 - g)
+    for seq in orders.links.values():
+        for prev, nxt in zip(seq, seq[1:], strict=False):
+            cols, coefs, const = end(prev)
+            g = join_col.get(nxt)
+            if g is None:
+                model.add_row("link_order", [start[nxt]] + cols, [1.0] + [-c for c in coefs], lo=const)
+                continue
+            model.add_row("link_order", [start[nxt]] + cols + [g], [1.0] + [-c for c in coefs] + [big_m], lo=const)
+            model.add_row("link_order_monotone", [start[nxt], start[prev]], [1.0, -1.0], lo=0.0)
+            model.add_row("together_start_together", [start[nxt], start[prev], g], [1.0, -1.0, big_m], hi=big_m)
+
+
+def _group_accumulates(model, problem: ScheduleProblem, orders: Orders, start, acc, arr, join_col, big_m) -> None:
+    # acc[t] >= start[t] + alpha + beta; acc[next] >= acc[prev] + beta; arr[t] >= acc[t];
+    # arr[prev] >= arr[next] - M (1 - g)   (a group arrives when its last chunk does)
+    for t, col in acc.items():
+        model.add_row("group_accumulates", [col, start[t]], [1.0, -1.0], lo=problem.cost(t))
+        model.add_row("group_arrives_together", [arr[t], col], [1.0, -1.0], lo=0.0)
+    for seq in orders.links.values():
+        for prev, nxt in zip(seq, seq[1:], strict=False):
+            g = join_col.get(nxt)
+            if g is None:
+                continue
+            beta = problem.beta[problem.transfers[nxt].arc]
+            model.add_row("group_accumulates", [acc[nxt], acc[prev]], [1.0, -1.0], lo=beta)
+            model.add_row("group_arrives_together", [arr[prev], arr[nxt], g], [1.0, -1.0, -big_m], lo=-big_m)
+
+
+def _max_together(model, problem: ScheduleProblem, orders: Orders, join_col) -> None:
+    # sum of K consecutive joins <= K - 1 (at most K chunks in one transfer)
+    k = problem.max_together
+    for seq in orders.links.values():
+        run = [join_col.get(t) for t in seq[1:]]
+        for i in range(len(run) - k + 1):
+            window = run[i:i + k]
+            if all(g is not None for g in window):
+                model.add_row("max_together", list(window), [1.0] * k, hi=k - 1)
+
+
+def _budget_order(model, orders: Orders, start, end, join_col, big_m: float) -> None:
+    # start[b] >= end[a] - M g  for consecutive (a, b) on a switch port / NIC (g: a and b go together)
+    for seq in orders.resources:
+        for prev, nxt in zip(seq, seq[1:], strict=False):
+            cols, coefs, const = end(prev)
+            g = join_col.get(nxt)
+            if g is not None:
+                model.add_row("budget_order", [start[nxt]] + cols + [g], [1.0] + [-c for c in coefs] + [big_m],
+                              lo=const)
+            else:
+                model.add_row("budget_order", [start[nxt]] + cols, [1.0] + [-c for c in coefs], lo=const)
+
+
+def _schedule_makespan(model, problem: ScheduleProblem, makespan: int, arrival) -> None:
+    # arrival[t] <= T
+    for t in range(len(problem.transfers)):
+        cols, coefs, const = arrival(t)
+        model.add_row("makespan", [makespan] + cols, [1.0] + [-c for c in coefs], lo=const)
+
+
+def schedule_start(problem: ScheduleProblem, sm: ScheduleModel, orders: Orders, timing: Timing) -> np.ndarray:
+    """The model point of an evaluated schedule (its joins must be among the model's candidates)."""
+    x = np.zeros(sm.model.num_columns)
+    for t, col in enumerate(sm.start_col):
+        x[col] = timing.start[t]
+    x[sm.makespan_col] = timing.makespan
+    for t, col in sm.join_col.items():
+        x[col] = 1.0 if t in orders.joins else 0.0
+    for seq in orders.links.values():
+        pushed = 0.0
+        for t in seq:
+            tr_beta = problem.beta[problem.transfers[t].arc]
+            # data pushed: a group's k-th chunk is out alpha + k * beta after the group starts
+            pushed = pushed + tr_beta if t in orders.joins else timing.start[t] + problem.cost(t)
+            if t in sm.acc_col:
+                x[sm.acc_col[t]] = pushed
+            if t in sm.arr_col:
+                x[sm.arr_col[t]] = timing.arrival[t]
+    return x
+
+
+def joins_from_solution(sm: ScheduleModel, values: np.ndarray) -> frozenset[int]:
+    return frozenset(t for t, col in sm.join_col.items() if values[col] > 0.5)
+
+
+def model_size(model: MilpModel) -> ModelSize:
+    return model.size()

@@ -1,0 +1,557 @@
+"""MILP (TACCL-style) synthesis pipeline: sketch -> routing MILP -> ordering -> scheduling MILP -> Algorithm.
+
+    synthesize_milp(topology, "allgather", sketch, size_bytes, solver="highs", time_limit=60)
+
+1. the routing MILP chooses each chunk's links (warm-started from a greedy shortest-time routing, whose
+   routing objective also caps the makespan column); its optimum, or its proven bound when a time limit
+   stops it, is a lower bound on every schedule the sketch allows;
+2. greedy list scheduling orders the chunks on each link and switch port (several priority rules are
+   tried, the best kept); the greedy routing is scheduled too, and the better of the two routings wins;
+3. the scheduling MILP (an LP without inter-node links) computes exact times and which inter-node
+   chunks travel together.
+ReduceScatter and Reduce are the reverse of an AllGather / Broadcast schedule (each send reversed
+into a reduction, mirrored in time); AllReduce is that ReduceScatter followed by the AllGather, merged
+and re-timed. `size_bytes` is TACCL's per-chunk-before-chunkup size: each rank's AllGather input, the
+AllToAll block per pair of ranks, 1/n of an AllReduce buffer; a chunk is `size_bytes / chunkup`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from collsynth.collectives import Collective
+from collsynth.collectives.spec import canonical_name, make_collective
+from collsynth.encodings.milp_instance import RoutingInstance, build_instance
+from collsynth.encodings.milp_model import SOLVERS, ModelSize, SolverError
+from collsynth.encodings.milp_ordering import (
+    REDUCE,
+    RULES,
+    Orders,
+    ScheduleError,
+    ScheduleProblem,
+    Timing,
+    Transfer,
+    best_list_schedule,
+    evaluate,
+    greedy_joins,
+    orders_from_times,
+    relist_with_groups,
+)
+from collsynth.encodings.milp_search import improve_routes
+from collsynth.encodings.sketch import Sketch
+from collsynth.encodings.taccl_milp import (
+    Routes,
+    build_routing_model,
+    build_schedule_model,
+    distinct_links,
+    heuristic_routes,
+    joins_from_solution,
+    min_links_lower_bound,
+    ring_links,
+    routes_from_solution,
+    routing_start,
+    schedule_start,
+    set_connections_objective,
+    set_makespan_objective,
+    transfers_from_routes,
+)
+from collsynth.errors import CollsynthError
+from collsynth.synth.algorithm import Algorithm, Send, Step
+from collsynth.synth.verify import verify
+from collsynth.topologies import Topology
+
+MB = 1 << 20
+_DUALS = {"reducescatter": "allgather", "reduce": "broadcast"}
+
+
+class MilpSynthesisError(CollsynthError):
+    """A MILP synthesis request that cannot be served (the message says why and what to change)."""
+
+
+@dataclass(frozen=True)
+class StageReport:
+    name: str
+    seconds: float
+    status: str
+    objective: float | None = None
+    bound: float | None = None
+    gap: float | None = None
+    solver: str = ""
+    size: ModelSize | None = None
+    note: str = ""
+    unit: str = "us"
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"stage": self.name, "seconds": round(self.seconds, 4), "status": self.status,
+                                "solver": self.solver, "objective": self.objective, "bound": self.bound,
+                                "unit": self.unit, "gap": self.gap, "note": self.note}
+        if self.size is not None:
+            data["model"] = {"columns": self.size.columns, "integer_columns": self.size.integer_columns,
+                             "rows": self.size.rows, "nonzeros": self.size.nonzeros,
+                             "families": dict(self.size.families)}
+        return data
+
+    def __str__(self) -> str:
+        parts = [f"{self.name:<24} {self.status:<11} {self.seconds:8.2f} s"]
+        if self.objective is not None:
+            parts.append(f"obj {self.objective:.3f} {self.unit}")
+        if self.bound is not None:
+            parts.append(f"bound {self.bound:.3f} {self.unit}")
+        if self.gap is not None:
+            parts.append(f"gap {100 * self.gap:.2f}%")
+        if self.size is not None:
+            parts.append(f"[{self.size}]")
+        if self.note:
+            parts.append(f"({self.note})")
+        return "  ".join(parts)
+
+
+@dataclass(frozen=True)
+class MilpResult:
+    algorithm: Algorithm
+    predicted_us: float
+    lower_bound_us: float | None
+    stages: tuple[StageReport, ...]
+    size_bytes: int
+    chunk_bytes: float
+    solver: str
+    sketch: Sketch
+
+    @property
+    def gap(self) -> float | None:
+        """(predicted - lower bound) / predicted: how far the schedule may be from the best in the sketch."""
+        if self.lower_bound_us is None or self.predicted_us <= 0:
+            return None
+        return max(0.0, (self.predicted_us - self.lower_bound_us) / self.predicted_us)
+
+    def summary(self) -> str:
+        lines = [f"{self.algorithm.name}: {self.algorithm.collective} on {self.algorithm.topology.name}, "
+                 f"{self.size_bytes} B per chunk before chunkup ({self.chunk_bytes:g} B per chunk), solver "
+                 f"{self.solver}", f"sketch: {self.sketch}"]
+        lines += ["  " + str(stage) for stage in self.stages]
+        lb = f"{self.lower_bound_us:.3f} us" if self.lower_bound_us is not None else \
+            "unknown (combining collectives: the routing stage bounds their AllGather/Broadcast half only)"
+        gap = f"{100 * self.gap:.2f}%" if self.gap is not None else "unknown"
+        lines.append(f"predicted time {self.predicted_us:.3f} us; lower bound {lb}; gap {gap}")
+        return "\n".join(lines)
+
+
+# --- one routed (non-combining) schedule --------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Schedule:
+    problem: ScheduleProblem
+    orders: Orders
+    timing: Timing
+    routes: Routes | None = None
+
+
+def _route_and_order(inst: RoutingInstance, solver: str, time_limit: float | None, gap: float,
+                     stages: list[StageReport]) -> tuple[_Schedule, float | None]:
+    """Stages 1 and 2 for one non-combining collective. Returns the best ordered schedule and the
+    routing lower bound."""
+    started = time.perf_counter()
+    rm = build_routing_model(inst)
+    build_seconds = time.perf_counter() - started
+    # greedy routings: plain shortest-time trees, congestion-aware trees, and (for switches that want
+    # few connections) trees on a ring; each is scheduled, and the symmetric ones can warm-start the MILP
+    started = time.perf_counter()
+    greedy: list[tuple[Routes, bool]] = [heuristic_routes(inst, congestion=congestion, min_hops=hops)
+                                         for congestion in (False, True) for hops in (False, True)]
+    if inst.unique_policy == "min":
+        greedy.append(heuristic_routes(inst, ring_links(inst)))
+    candidates: list[_Schedule] = []
+    rules_of: list[str] = []  # the ordering rule that served each candidate best
+    starts = []
+    for routes, symmetric in greedy:
+        problem = transfers_from_routes(inst, routes)
+        orders, timing, rule = best_list_schedule(problem, RULES)
+        candidates.append(_Schedule(problem, orders, timing, routes))
+        rules_of.append(rule)
+        if symmetric:
+            starts.append(routing_start(inst, rm, routes))
+    best_greedy = min(c.timing.makespan for c in candidates)
+    stages.append(StageReport("greedy routing+order", time.perf_counter() - started, "heuristic",
+                              objective=best_greedy, note=f"{len(greedy)} greedy routings"))
+
+    warm = min(starts, key=lambda x: x[rm.makespan_col]) if starts else None
+    if warm is not None:
+        rm.model.set_bounds(rm.makespan_col, 0.0, float(warm[rm.makespan_col]) * (1 + 1e-9) + 1e-9)
+    set_makespan_objective(rm)
+    result = rm.model.solve(solver, time_limit=time_limit, gap=gap, warm_start=warm)
+    lower = result.bound
+    note = f"built in {build_seconds:.2f} s; symmetry order {inst.symmetry.order}"
+    if warm is None:
+        note += "; no warm start (greedy routes not symmetric)"
+    stages.append(StageReport("routing MILP", result.seconds + build_seconds, result.status, result.objective, lower,
+                              result.gap, solver, rm.model.size(), note))
+    if result.status in ("infeasible", "unbounded", "error"):
+        raise MilpSynthesisError(f"routing MILP is {result.status} ({result.message}); the sketch may make the "
+                                 "collective impossible")
+    if result.has_solution and inst.unique_policy is not None:
+        # second objective: fewest / most distinct switch links without giving up any makespan
+        makespan = float(result.values[rm.makespan_col]) * (1 + 1e-7) + 1e-9
+        set_connections_objective(rm, inst.unique_policy, makespan)
+        fits = [x for x in starts + [result.values] if x[rm.makespan_col] <= makespan]
+        warm2 = min(fits, key=rm.model.objective_value)
+        if inst.unique_policy == "min" and distinct_links(rm, warm2) == min_links_lower_bound(inst):
+            # a start already meets the fewest links any routing needs: nothing to search
+            result = replace(result, values=warm2)
+            count = distinct_links(rm, warm2)
+            stages.append(StageReport("routing MILP (min links)", 0.0, "optimal", count, count, 0.0, solver, None,
+                                      f"{count} distinct switch links = one into each receiving rank", "links"))
+        else:
+            second = rm.model.solve(solver, time_limit=time_limit, gap=gap, warm_start=warm2)
+            if second.has_solution:
+                result = second
+            stages.append(StageReport(f"routing MILP ({inst.unique_policy} links)", second.seconds, second.status,
+                                      second.objective, second.bound, second.gap, solver, None,
+                                      f"{distinct_links(rm, result.values)} distinct switch links", "links"))
+
+    if result.has_solution:
+        started = time.perf_counter()
+        routes = routes_from_solution(inst, rm, result.values)
+        problem = transfers_from_routes(inst, routes)
+        orders, timing, rule = best_list_schedule(problem, RULES)
+        candidates.append(_Schedule(problem, orders, timing, routes))
+        rules_of.append(rule)
+        stages.append(StageReport("ordering heuristic", time.perf_counter() - started, "heuristic",
+                                  objective=timing.makespan, note=f"rule {rule}; {len(problem.transfers)} transfers"))
+    # local search from the best greedy routing and from the MILP's routing
+    started = time.perf_counter()
+    size = len(candidates[-1].problem.transfers)
+    tries = 200 if size <= 600 else 20 if size <= 2500 else 0
+    best_now = min(c.timing.makespan for c in candidates)
+    if lower is not None and best_now <= lower * (1 + 1e-9) + 1e-12:
+        tries = 0  # already at the lower bound
+    best_rule = rules_of[min(range(len(candidates)), key=lambda i: candidates[i].timing.makespan)]
+    search_rules = RULES if size <= 600 else (best_rule,)
+    searched = []
+    picks = {min(range(len(candidates) - (1 if result.has_solution else 0)),
+                 key=lambda i: candidates[i].timing.makespan), len(candidates) - 1}
+    moves = 0
+    for i in sorted(picks):
+        if tries and candidates[i].routes is not None:
+            found = improve_routes(inst, candidates[i].routes, max_tries=tries, rules=search_rules)
+            moves += found.moves
+            searched.append(_Schedule(found.problem, found.orders, found.timing, found.routes))
+    candidates += searched
+    if searched:
+        stages.append(StageReport("route local search", time.perf_counter() - started, "heuristic",
+                                  objective=min(c.timing.makespan for c in candidates),
+                                  note=f"{moves} moves kept, up to {tries} schedules tried per start"))
+    # inter-node chunks sent together can change which candidate is best: compare after greedy joins
+    # (makespan first; for switches that ask for few/many connections, then fewer/more distinct links)
+    joined = []
+    sign = {"min": 1, "max": -1}.get(inst.unique_policy or "", 0)
+    for cand in candidates:
+        orders, timing = greedy_joins(cand.problem, cand.orders)
+        distinct = len({tr.arc for tr in cand.problem.transfers} & inst.unique_links)
+        joined.append((round(timing.makespan, 9), sign * distinct, cand.timing.makespan, len(joined), cand))
+    best = min(joined)[-1]
+    return best, lower
+
+
+def _schedule(schedule: _Schedule, solver: str, time_limit: float | None, gap: float, stages: list[StageReport],
+              label: str, rounds: int = 3) -> _Schedule:
+    """Stage 3: exact times for fixed orders, and joins of inter-node transfers. When chunks were
+    joined, the orders are rebuilt around the groups and the model solved again (up to `rounds`)."""
+    best = schedule
+    for round_ in range(rounds):
+        started = time.perf_counter()
+        sm = build_schedule_model(best.problem, best.orders, best.timing.makespan)
+        joined, joined_timing = greedy_joins(best.problem, replace(best.orders, joins=frozenset()))
+        warm = schedule_start(best.problem, sm, joined, joined_timing)
+        if joined_timing.makespan > best.timing.makespan or sm.model.violation(warm) > 1e-6:
+            warm = schedule_start(best.problem, sm, best.orders, best.timing)
+        result = sm.model.solve(solver, time_limit=time_limit, gap=gap, warm_start=warm)
+        seconds = time.perf_counter() - started
+        kind = "MILP" if sm.join_col else "LP"
+        note = f"{len(sm.join_col)} join candidates"
+        improved = False
+        if joined_timing.makespan < best.timing.makespan - 1e-9:
+            best, improved = _Schedule(best.problem, joined, joined_timing, best.routes), True
+        if result.has_solution:
+            joins = joins_from_solution(sm, result.values)
+            orders = replace(best.orders, joins=joins)
+            timing = evaluate(best.problem, orders)
+            if timing.makespan > float(result.objective) + 1e-6 * max(1.0, timing.makespan):
+                raise MilpSynthesisError(f"internal check failed: the {kind} says {result.objective:.6f} us but the "
+                                         f"schedule takes {timing.makespan:.6f} us")
+            if timing.makespan < best.timing.makespan - 1e-9 or (not improved and timing.makespan <=
+                                                                  best.timing.makespan + 1e-9):
+                improved = improved or timing.makespan < best.timing.makespan - 1e-9
+                best = _Schedule(best.problem, orders, timing, best.routes)
+            note += f", {len(best.orders.joins)} joined"
+        stages.append(StageReport(f"{label} {kind}" + (f" (round {round_ + 1})" if round_ else ""), seconds,
+                                  result.status, result.objective, result.bound, result.gap, solver, sm.model.size(),
+                                  note))
+        if not best.orders.joins:
+            break
+        # reorder what follows each group, knowing when the group arrives
+        try:
+            orders, timing = relist_with_groups(best.problem, best.orders)
+        except ScheduleError:
+            break
+        if timing.makespan >= best.timing.makespan - 1e-9:
+            break
+        best = _Schedule(best.problem, orders, timing, best.routes)
+    return best
+
+
+# --- reversal and concatenation -------------------------------------------------------------------
+
+def _reverse(schedule: _Schedule, inst: RoutingInstance) -> ScheduleProblem:
+    """The reduction schedule: every transfer reversed into a reduction, waiting for the reductions of
+    the transfers that depended on it."""
+    topo = inst.topology
+    problem = schedule.problem
+    transfers = []
+    for t, tr in enumerate(problem.transfers):
+        if not topo.has_link(tr.dst, tr.src):
+            raise MilpSynthesisError(f"cannot reverse the schedule: topology {topo.name!r} has link {tr.src}->{tr.dst} "
+                                     f"but no link {tr.dst}->{tr.src}")
+        transfers.append(Transfer(tr.chunk, tr.dst, tr.src, REDUCE, tuple(problem.dependents[t])))
+    return replace(problem, transfers=tuple(transfers), link_class={})
+
+
+def _mirror(schedule: _Schedule, reversed_problem: ScheduleProblem) -> Orders:
+    """Orders of the reversed transfers: mirrored in time, groups kept."""
+    timing = schedule.timing
+    priority = [timing.makespan - timing.arrival[t] for t in range(len(timing.start))]
+    orders = orders_from_times(reversed_problem, priority)
+    joins = set()
+    groups: dict[int, list[int]] = {}
+    for seq in schedule.orders.links.values():
+        head = None
+        for t in seq:
+            if t in schedule.orders.joins and head is not None:
+                groups[head].append(t)
+            else:
+                head = t
+                groups[head] = [t]
+    for members in groups.values():
+        if len(members) > 1:
+            ordered = sorted(members, key=lambda t: (priority[t], t))
+            joins.update(ordered[1:])
+    mirrored = replace(orders, joins=frozenset(joins))
+    try:
+        evaluate(reversed_problem, mirrored)
+    except ScheduleError:
+        return orders
+    return mirrored
+
+
+def _concatenate(first: _Schedule, second: _Schedule, owners: Mapping[int, int]) -> tuple[ScheduleProblem, Orders]:
+    """`first` (a reduction) then `second` (an AllGather of the reduced chunks): a chunk's gather sends wait
+    for every reduction of that chunk into its owner."""
+    offset = len(first.problem.transfers)
+    into_owner: dict[int, list[int]] = {}
+    for t, tr in enumerate(first.problem.transfers):
+        if owners.get(tr.chunk) == tr.dst:
+            into_owner.setdefault(tr.chunk, []).append(t)
+    transfers = list(first.problem.transfers)
+    for tr in second.problem.transfers:
+        deps = tuple(d + offset for d in tr.deps)
+        if tr.src == owners.get(tr.chunk):
+            deps += tuple(into_owner.get(tr.chunk, ()))
+        transfers.append(replace(tr, deps=deps))
+    problem = replace(first.problem, transfers=tuple(transfers), link_class={})
+    shift = first.timing.makespan
+    priority = list(first.timing.start) + [shift + s for s in second.timing.start]
+    joins = set(first.orders.joins) | {t + offset for t in second.orders.joins}
+    orders = orders_from_times(problem, priority, frozenset())
+    try:
+        evaluate(problem, replace(orders, joins=frozenset(joins)))
+        orders = replace(orders, joins=frozenset(joins))
+    except ScheduleError:
+        pass
+    return problem, orders
+
+
+# --- Algorithm -----------------------------------------------------------------------------------
+
+def _algorithm(name: str, topology: Topology, collective: Collective, problem: ScheduleProblem, timing: Timing,
+               provenance: dict[str, Any]) -> Algorithm:
+    """Steps from timed transfers: a transfer comes after the transfers it waits for (next step) and
+    after earlier transfers on its link, switch ports, and reads of its destination's chunk."""
+    n = len(problem.transfers)
+    order = sorted(range(n), key=lambda t: (timing.start[t], timing.arrival[t], t))
+    step = [0] * n
+    last_on: dict[Any, int] = {}
+    reads: dict[tuple[int, int], list[int]] = {}  # (chunk, rank) -> transfers that read it so far
+    for t in order:
+        tr = problem.transfers[t]
+        s = 0
+        for d in tr.deps:
+            s = max(s, step[d] + 1)
+        keys = [("link", tr.arc)] + [("budget", r) for r in problem.resources_of.get(tr.arc, ())]
+        for key in keys:
+            if key in last_on:
+                s = max(s, step[last_on[key]])
+        for r in reads.get((tr.chunk, tr.dst), ()):
+            s = max(s, step[r])
+        step[t] = s
+        for key in keys:
+            last_on[key] = t
+        reads.setdefault((tr.chunk, tr.src), []).append(t)
+    steps = []
+    for s in range(max(step, default=-1) + 1):
+        members = sorted((t for t in range(n) if step[t] == s), key=lambda t: (timing.start[t], t))
+        if not members:
+            continue
+        per_link: dict[tuple[int, int], int] = {}
+        for t in members:
+            per_link[problem.transfers[t].arc] = per_link.get(problem.transfers[t].arc, 0) + 1
+        rounds = 1
+        for arc, count in per_link.items():
+            rounds = max(rounds, math.ceil(count / max(1, topology.bandwidth(*arc))))
+        for switch in topology.switches:
+            count = sum(per_link.get(arc, 0) for arc in switch.links)
+            rounds = max(rounds, math.ceil(count / max(1, switch.bandwidth)))
+        sends = tuple(Send(problem.transfers[t].chunk, problem.transfers[t].src, problem.transfers[t].dst,
+                           problem.transfers[t].op, round(timing.start[t], 6),
+                           round(timing.arrival[t] - timing.start[t], 6)) for t in members)
+        steps.append(Step(rounds, sends))
+    return Algorithm(name, topology, collective, tuple(steps), provenance)
+
+
+# --- the pipeline --------------------------------------------------------------------------------
+
+def synthesize_milp(topology: Topology, collective: str | Collective, sketch: Sketch, size_bytes: int, *,
+                    solver: str = "cbc", time_limit: float | None = None, gap: float = 1e-4,
+                    root: int | None = None) -> MilpResult:
+    """Synthesize a schedule for `collective` on `topology` within `sketch` (module docstring).
+
+    `time_limit` is per MILP stage, in seconds; a stopped stage keeps its best answer and its proven gap."""
+    if solver not in SOLVERS:
+        raise SolverError(f"unknown solver {solver!r}; use cbc or highs")
+    if size_bytes <= 0:
+        raise MilpSynthesisError(f"size must be > 0 bytes, got {size_bytes}")
+    if time_limit is not None and time_limit <= 0:
+        raise MilpSynthesisError(f"time limit must be > 0 seconds, got {time_limit}")
+    name = collective if isinstance(collective, str) else collective.name
+    key = canonical_name(name)
+    if isinstance(collective, Collective) and collective.chunks != sketch.chunkup:
+        raise MilpSynthesisError(f"the collective has chunk factor {collective.chunks} but the sketch's chunkup is "
+                                 f"{sketch.chunkup}; make them equal")
+    target = collective if isinstance(collective, Collective) else make_collective(
+        key, topology.num_ranks, sketch.chunkup, root=root)
+    chunk_bytes = size_bytes / sketch.chunkup
+    stages: list[StageReport] = []
+    started = time.perf_counter()
+
+    if not target.combining:
+        inst = build_instance(topology, target, sketch, chunk_bytes)
+        best, lower = _route_and_order(inst, solver, time_limit, gap, stages)
+        final = _schedule(best, solver, time_limit, gap, stages, "schedule")
+        problem, timing = final.problem, final.timing
+    elif key in _DUALS:
+        dual = make_collective(_DUALS[key], topology.num_ranks, sketch.chunkup, root=target.root)
+        inst = build_instance(topology, dual, sketch, chunk_bytes)
+        best, _ = _route_and_order(inst, solver, time_limit, gap, stages)
+        forward = _schedule(best, solver, time_limit, gap, stages, "schedule (dual)")
+        reversed_problem = _reverse(forward, inst)
+        orders = _mirror(forward, reversed_problem)
+        mirrored = _Schedule(reversed_problem, orders, evaluate(reversed_problem, orders))
+        final = _schedule(mirrored, solver, time_limit, gap, stages, "reduce schedule")
+        problem, timing = final.problem, final.timing
+        lower = None  # the routing bound is for the non-combining dual
+    elif key == "allreduce":
+        gather = make_collective("allgather", topology.num_ranks, sketch.chunkup)
+        inst = build_instance(topology, gather, sketch, chunk_bytes)
+        best, _ = _route_and_order(inst, solver, time_limit, gap, stages)
+        forward = _schedule(best, solver, time_limit, gap, stages, "allgather")
+        reversed_problem = _reverse(forward, inst)
+        orders = _mirror(forward, reversed_problem)
+        reduce = _Schedule(reversed_problem, orders, evaluate(reversed_problem, orders))
+        owners = {c: inst.chunks[c].sources[0] for c in range(len(inst.chunks))}
+        problem, orders = _concatenate(reduce, forward, owners)
+        merged = _Schedule(problem, orders, evaluate(problem, orders))
+        final = _schedule(merged, solver, time_limit, gap, stages, "allreduce")
+        problem, timing = final.problem, final.timing
+        lower = None  # the routing bound holds for the AllGather half only
+    else:
+        raise MilpSynthesisError(f"MILP synthesis does not handle {target.name} (combining, no non-combining dual); "
+                                 "use AllReduce, ReduceScatter, Reduce or a non-combining collective")
+
+    if lower is not None and lower > timing.makespan:
+        # the routing bound holds for every schedule in the sketch; beyond solver tolerance this is a bug
+        if lower > timing.makespan * (1 + 1e-6) + 1e-9:
+            raise MilpSynthesisError(f"internal check failed: lower bound {lower:.6f} us exceeds the schedule's "
+                                     f"{timing.makespan:.6f} us")
+        lower = timing.makespan
+    total = time.perf_counter() - started
+    provenance = {
+        "synthesizer": "milp", "solver": solver, "sketch": sketch.name or str(sketch), "size_bytes": size_bytes,
+        "chunk_bytes": chunk_bytes, "predicted_us": round(timing.makespan, 6),
+        "lower_bound_us": None if lower is None else round(lower, 6), "seconds": round(total, 3),
+        "stages": [s.to_dict() for s in stages],
+    }
+    algo_name = f"milp_{target.name}_{topology.name}_{sketch.name or 'sketch'}".replace(":", "_").replace("/", "_")
+    algorithm = _algorithm(algo_name, topology, target, problem, timing, provenance)
+    started_verify = time.perf_counter()
+    verify(algorithm)
+    stages.append(StageReport("verify", time.perf_counter() - started_verify, "ok"))
+    return MilpResult(algorithm, timing.makespan, lower, tuple(stages), size_bytes, chunk_bytes, solver, sketch)
+
+
+# --- report --------------------------------------------------------------------------------------
+
+def write_report(result: MilpResult, directory: str | os.PathLike[str]) -> list[Path]:
+    """report.md (stages, model sizes, times, status, predicted time), timeline.txt, timeline.png,
+    algorithm.json and report.json in `directory` (created if needed). Each file is written atomically."""
+    from collsynth.synth.timeline import plot_timeline, timeline_text
+
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    text = timeline_text(result.algorithm)
+    md = ["# MILP synthesis report", "", "```", result.summary(), "```", "", "## Stages", "",
+          "| stage | status | seconds | objective | bound | unit | gap | model |",
+          "|---|---|---:|---:|---:|---|---:|---|"]
+    for s in result.stages:
+        md.append(f"| {s.name} | {s.status} | {s.seconds:.3f} | {_num(s.objective)} | {_num(s.bound)} | {s.unit} | "
+                  f"{'' if s.gap is None else f'{100 * s.gap:.2f}%'} | {s.size or ''} |")
+    for s in result.stages:
+        if s.size is not None and s.size.families:
+            md += ["", f"### {s.name}: rows per constraint family", ""]
+            md += [f"- {fam}: {count}" for fam, count in s.size.families]
+    md += ["", "## Timeline", "", "![timeline](timeline.png)", "", "```", text, "```", ""]
+    written.append(_atomic_write(out / "report.md", "\n".join(md)))
+    written.append(_atomic_write(out / "timeline.txt", text + "\n"))
+    written.append(_atomic_write(out / "algorithm.json", result.algorithm.to_json()))
+    report = {"predicted_us": result.predicted_us, "lower_bound_us": result.lower_bound_us, "gap": result.gap,
+              "solver": result.solver, "size_bytes": result.size_bytes, "chunk_bytes": result.chunk_bytes,
+              "stages": [s.to_dict() for s in result.stages]}
+    written.append(_atomic_write(out / "report.json", json.dumps(report, indent=1)))
+    written.append(plot_timeline(result.algorithm, out / "timeline.png"))
+    return written
+
+
+def _num(value: float | None) -> str:
+    return "" if value is None else f"{value:.3f}"
+
+
+def _atomic_write(path: Path, text: str) -> Path:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+__all__ = ["MilpResult", "MilpSynthesisError", "StageReport", "synthesize_milp", "write_report"]
