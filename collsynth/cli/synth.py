@@ -1,0 +1,265 @@
+"""`collsynth synth`: SCCL-style SMT synthesis (instance, least-steps, pareto); `synth milp` joins this group."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from collsynth.collectives import Collective, display_name, resolve_collective
+from collsynth.errors import CollsynthError
+from collsynth.topologies import Topology, resolve_topology
+
+
+class SynthCliError(CollsynthError):
+    """Bad command-line input for `collsynth synth`."""
+
+
+def _problem(topology_spec: str, collective_spec: str, chunks: int, root: int | None) -> tuple[Topology, Collective]:
+    if chunks < 1:
+        raise SynthCliError(f"--chunks must be >= 1, got {chunks}")
+    topology = resolve_topology(topology_spec)
+    collective = resolve_collective(collective_spec, topology.num_ranks, 1, root=root)
+    if chunks > 1:
+        from collsynth.synth.problem import split_chunks
+
+        collective = split_chunks(collective, chunks)
+    return topology, collective
+
+
+def _positive(name: str, value: float | int | None) -> None:
+    if value is not None and value <= 0:
+        raise SynthCliError(f"{name} must be > 0, got {value}")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+_TOPO_HELP = "TOPOLOGY is a built-in name (dgx1, ring:8, ...) or a topology JSON file (ours or a TACCL profile)."
+_COLL_HELP = ("COLLECTIVE is a name, case and separators optional (allgather, AllGather, all_gather, reduce_scatter, "
+              "...), or a collective JSON file.")
+
+
+@click.group("synth")
+def synth() -> None:
+    """Synthesize collective algorithms: SCCL-style SMT (instance, least-steps, pareto) and TACCL-style MILP."""
+
+
+def _common(function: Any) -> Any:
+    function = click.option("--time-limit", type=float, default=60.0, show_default=True,
+                            help="Seconds per solver call; a time-out is reported as such, never as unsat.")(function)
+    function = click.option("--root", type=int, default=None, help="Root rank of rooted collectives (default 0).")(
+        function)
+    function = click.argument("collective")(function)
+    function = click.argument("topology")(function)
+    return function
+
+
+def _report_instance(result: Any, output: str | None, as_json: bool, what: str) -> None:
+    from collsynth.encodings.sccl_z3 import SAT
+
+    if as_json:
+        doc = {"status": result.status, "chunks": result.chunks, "steps": result.steps, "rounds": result.rounds,
+               "least_rounds": result.least, "seconds": round(result.seconds, 3),
+               "tried": [a.to_dict() for a in result.attempts],
+               "algorithm": result.algorithm.to_dict() if result.algorithm is not None else None}
+        click.echo(json.dumps(doc, indent=1))
+    if result.status == SAT or result.algorithm is not None:
+        algorithm = result.algorithm
+        if output:
+            _write_atomic(Path(output), algorithm.to_json())
+        if not as_json:
+            note = " (fewest rounds for these chunks and steps)" if result.least else ""
+            click.echo(f"{algorithm.name}: {algorithm.num_steps} steps, {algorithm.rounds} rounds, "
+                       f"R/C = {algorithm.bandwidth_cost}{note}; verified; {result.seconds:.2f} s")
+            if result.status != SAT:
+                click.echo(f"note: a time-out left fewer {what} undecided")
+            click.echo(str(algorithm))
+            if output:
+                click.echo(f"wrote {output}")
+        return
+    if not as_json:
+        limit = f" and <= {result.rounds} rounds" if result.rounds is not None else ""
+        verdict = ("no algorithm exists (unsat)" if result.status == "unsat"
+                   else "the solver timed out (raise --time-limit)")
+        click.echo(f"{result.chunks} chunks, {result.steps} steps{limit}: {verdict}; {result.seconds:.2f} s")
+    sys.exit(1)
+
+
+@synth.command("instance", epilog=f"{_TOPO_HELP} {_COLL_HELP} Exit code 1 when no algorithm was found.")
+@_common
+@click.option("--chunks", "-c", type=int, required=True, help="Chunks per buffer slot (C).")
+@click.option("--steps", "-s", type=int, required=True, help="Steps (S).")
+@click.option("--rounds", "-r", type=int, default=None, help="At most this many rounds (R); default: the fewest.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the algorithm JSON here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def instance(topology: str, collective: str, root: int | None, time_limit: float, chunks: int, steps: int,
+             rounds: int | None, output: str | None, as_json: bool) -> None:
+    """An algorithm for COLLECTIVE on TOPOLOGY with C chunks in S steps (and at most R rounds)."""
+    from collsynth.synth.instance import synthesize_instance
+
+    _positive("--time-limit", time_limit)
+    _positive("--steps", steps)
+    _positive("--rounds", rounds)
+    topo, coll = _problem(topology, collective, chunks, root)
+    result = synthesize_instance(topo, coll, steps, rounds, time_limit=time_limit)
+    _report_instance(result, output, as_json, "rounds")
+
+
+@synth.command("least-steps", epilog=f"{_TOPO_HELP} {_COLL_HELP} Exit code 1 when no algorithm was found.")
+@_common
+@click.option("--chunks", "-c", type=int, default=1, show_default=True, help="Chunks per buffer slot (C).")
+@click.option("--rounds", "-r", type=int, default=None, help="At most this many rounds; default: any.")
+@click.option("--max-steps", type=int, default=None, help="Give up above this many steps (default: bound + ranks).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the algorithm JSON here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def least_steps_command(topology: str, collective: str, root: int | None, time_limit: float, chunks: int,
+                        rounds: int | None, max_steps: int | None, output: str | None, as_json: bool) -> None:
+    """The algorithm for COLLECTIVE on TOPOLOGY with the fewest steps (then the fewest rounds)."""
+    from collsynth.synth.least_steps import least_steps
+
+    _positive("--time-limit", time_limit)
+    _positive("--rounds", rounds)
+    _positive("--max-steps", max_steps)
+    topo, coll = _problem(topology, collective, chunks, root)
+    result = least_steps(topo, coll, rounds=rounds, time_limit=time_limit, max_steps=max_steps)
+    _report_instance(result, output, as_json, "steps")
+
+
+@synth.command("pareto", epilog=f"{_TOPO_HELP} {_COLL_HELP}")
+@_common
+@click.option("--max-chunks", type=int, default=8, show_default=True,
+              help="Stop at this many chunks if the bandwidth lower bound is not met before.")
+@click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Chunk counts solved in parallel processes.")
+@click.option("--max-steps", type=int, default=None, help="Steps cap while no point is known (default: bound + ranks).")
+@click.option("--report", "report_dir", type=click.Path(file_okay=False), default=None,
+              help="Write frontier.json, the algorithms, report.md and frontier.png to this directory.")
+@click.option("--json", "as_json", is_flag=True, help="Print the frontier as JSON on stdout (no progress bar).")
+def pareto(topology: str, collective: str, root: int | None, time_limit: float, max_chunks: int, jobs: int,
+           max_steps: int | None, report_dir: str | None, as_json: bool) -> None:
+    """The Pareto frontier of steps against rounds per chunk for COLLECTIVE on TOPOLOGY."""
+    from collsynth.synth.pareto import ParetoResult, SweepInterrupted, pareto_frontier
+    from collsynth.synth.report import write_progress, write_report
+
+    _positive("--time-limit", time_limit)
+    if max_chunks < 1:
+        raise SynthCliError(f"--max-chunks must be >= 1, got {max_chunks}")
+    if jobs < 1:
+        raise SynthCliError(f"--jobs must be >= 1, got {jobs}")
+    _positive("--max-steps", max_steps)
+    topo, coll = _problem(topology, collective, 1, root)
+    if report_dir is not None and Path(report_dir).exists() and not Path(report_dir).is_dir():
+        raise SynthCliError(f"--report {report_dir}: exists and is not a directory; give a directory path")
+    progress = _Progress(enabled=not as_json and sys.stderr.isatty(), max_chunks=max_chunks)
+    state: dict[str, Any] = {"points": [], "tried": [], "bounds": None, "start": time.perf_counter()}
+
+    def snapshot(stopped: str) -> ParetoResult:
+        steps_lb, ratio_lb = state["bounds"]
+        return ParetoResult(topo, coll, steps_lb, ratio_lb, tuple(state["points"]), tuple(state["tried"]), stopped,
+                            time.perf_counter() - state["start"])
+
+    def on_event(kind: str, payload: Any) -> None:
+        if kind == "bounds":
+            state["bounds"] = (payload["steps"], payload["rounds_per_chunk"])
+            progress.start(payload["sweeps"])
+        elif kind == "attempt":
+            state["tried"].append(payload)
+            progress.attempt(payload)
+        elif kind == "point":
+            state["points"].append(payload)
+            if report_dir is not None:
+                write_progress(snapshot("running"), report_dir)
+        elif kind == "chunks":
+            progress.advance()
+
+    try:
+        result = pareto_frontier(topo, coll, max_chunks=max_chunks, time_limit=time_limit, jobs=jobs,
+                                 max_steps=max_steps, on_event=on_event)
+    except SweepInterrupted as stop:
+        progress.stop()
+        if report_dir is not None:
+            write_report(stop.result, report_dir)
+            click.echo(f"interrupted: {len(stop.result.sat_points)} points kept in {report_dir}", err=True)
+        raise
+    finally:
+        progress.stop()
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=1))
+    else:
+        _print_frontier(result)
+    if report_dir is not None:
+        files = write_report(result, report_dir)
+        if not as_json:
+            click.echo(f"wrote {report_dir}/: {', '.join(sorted({p.relative_to(report_dir).parts[0] for p in files}))}")
+
+
+def _print_frontier(result: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    name = display_name(result.collective.name)
+    table = Table(title=f"{name} on {result.topology.name}: Pareto frontier", title_justify="left")
+    for column in ("C", "S", "R", "R/C", "status", "solve s"):
+        table.add_column(column, justify="right" if column not in ("status", "R/C") else "left")
+    for p in result.pareto:
+        table.add_row(str(p.chunks), str(p.steps), str(p.rounds), str(p.rounds_per_chunk), p.status,
+                      f"{p.seconds:.2f}")
+    console = Console(highlight=False, soft_wrap=True)
+    console.print(table)
+    counts = {k: sum(1 for a in result.tried if a.result == k) for k in ("sat", "unsat", "timeout")}
+    console.print(f"lower bounds: steps >= {result.steps_lower_bound}, R/C >= {result.rounds_per_chunk_lower_bound}"
+                  f"{' (met)' if result.bound_met else ''}; {result.stopped}; {len(result.tried)} solver calls "
+                  f"({counts['sat']} sat, {counts['unsat']} unsat, {counts['timeout']} timeout); "
+                  f"{result.seconds:.1f} s")
+
+
+class _Progress:
+    """A rich progress bar on stderr over the chunk counts of the sweep (nothing when disabled)."""
+
+    def __init__(self, *, enabled: bool, max_chunks: int) -> None:
+        self.enabled, self.max_chunks = enabled, max_chunks
+        self._bar: Any = None
+        self._task: Any = None
+
+    def start(self, sweeps: int) -> None:
+        if not self.enabled or self._bar is not None:
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._bar = Progress(TextColumn("[bold]sweep[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                             TextColumn("{task.description}"), console=Console(stderr=True), transient=True)
+        self._bar.start()
+        self._task = self._bar.add_task("", total=self.max_chunks * sweeps)
+
+    def attempt(self, attempt: Any) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, description=f"C={attempt.chunks} S={attempt.steps} R<={attempt.rounds}: "
+                                                     f"{attempt.result}")
+
+    def advance(self) -> None:
+        if self._bar is not None:
+            self._bar.advance(self._task)
+
+    def stop(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+COMMANDS = (synth,)

@@ -1,0 +1,225 @@
+"""Lower bounds on the steps and on the rounds per chunk (R/C) of any algorithm, for the Pareto sweep.
+
+Steps: the longest shortest path some piece of data must travel.
+
+Rounds per chunk: a linear program, solved with HiGHS. Every algorithm routes, for each chunk and each
+rank that needs it, the chunk along a path from a rank that has it: a unit *flow* per (chunk, destination).
+A link carries a chunk once however many destinations it serves (data may be copied), so a chunk's use of
+a link is the largest of its per-destination flows there, and per round a link carries at most its
+bandwidth (a switch: its budget). Minimizing the rounds this needs gives a bound that is never above the
+truth. Unlike a flow model that lets a rank forward more than it received, the flows here are conserved:
+data is never created on the way, which is what makes the bound tight for Scatter / Gather / AllToAll
+(7/6 on DGX-1 Scatter, not 7/24).
+
+Combining collectives: every contribution must reach every rank that needs the sum, so the same model
+runs with one flow per (chunk, contributor, receiver). For AllReduce (every rank contributes to and needs
+every chunk), one-way gossip needs at least 2(n-1) messages per chunk, which the LP adds as a count.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from fractions import Fraction
+
+import highspy
+import numpy as np
+
+from collsynth.collectives import Collective
+from collsynth.encodings.sccl_z3 import instance_symmetries, orbits
+from collsynth.errors import CollsynthError
+from collsynth.topologies import Topology
+
+
+class ImpossibleCollectiveError(CollsynthError):
+    """The collective cannot be implemented on the topology at all (some data can never arrive)."""
+
+
+@dataclass(frozen=True)
+class Commodity:
+    """A unit of data that must travel from one of `sources` to `sink`."""
+
+    sources: frozenset[int]
+    sink: int
+
+
+def data_paths(collective: Collective, chunk: int) -> list[Commodity]:
+    """What must travel for one chunk: (holders -> each destination) or, when combining, (each contributor ->
+    each rank that needs the sum)."""
+    pre, post = collective.pre[chunk], collective.post[chunk]
+    if collective.combining:
+        return [Commodity(frozenset([p]), r) for p in sorted(pre) for r in sorted(post) if r != p]
+    return [Commodity(pre, d) for d in sorted(post - pre)]
+
+
+def lower_bound_steps(topology: Topology, collective: Collective) -> int:
+    """The fewest steps any algorithm needs; raises ImpossibleCollectiveError when data cannot arrive."""
+    _check_sizes(topology, collective)
+    dist = topology.distances
+    worst = 0
+    for c in range(collective.num_chunks):
+        for commodity in data_paths(collective, c):
+            hops = min(dist[s][commodity.sink] for s in commodity.sources)
+            if hops == float("inf"):
+                source = min(commodity.sources)
+                raise ImpossibleCollectiveError(
+                    f"{collective.name} is impossible on {topology.name}: no path from rank {source} to rank "
+                    f"{commodity.sink}; use a connected topology")
+            worst = max(worst, int(hops))
+    return worst
+
+
+def lower_bound_rounds_per_chunk(topology: Topology, collective: Collective) -> Fraction:
+    """A lower bound on R/C for any algorithm (the multi-commodity flow LP above, solved with HiGHS).
+
+    The LP is invariant under the instance's symmetries, so averaging an optimum over them gives a
+    symmetric optimum: the LP is solved with one column per orbit of columns (same optimum, far smaller)."""
+    lower_bound_steps(topology, collective)  # reachability first: the LP would only say "infeasible"
+    groups: dict[tuple[frozenset[int], frozenset[int]], list[int]] = defaultdict(list)
+    for c in range(collective.num_chunks):
+        if data_paths(collective, c):
+            groups[(collective.pre[c], collective.post[c])].append(c)
+    if not groups:
+        return Fraction(0)
+    representative = {c: members[0] for members in groups.values() for c in members}
+    lp = _FlowLP(topology)
+    gossip = collective.combining and topology.num_ranks > 1 and all(
+        pre == post == frozenset(range(topology.num_ranks)) for pre, post in groups)
+    for members in groups.values():
+        usage = lp.chunk_usage(members[0], data_paths(collective, members[0]))
+        lp.add_usage(usage, len(members))
+        if gossip:
+            lp.at_least(usage, 2 * (topology.num_ranks - 1))
+    symmetries = instance_symmetries(topology, collective)
+    value = lp.minimize_rounds([_column_move(ranks, chunks, representative) for ranks, chunks in symmetries])
+    return _safe_fraction(value) / collective.chunks
+
+
+def _column_move(ranks: tuple[int, ...], chunks: tuple[int, ...], representative: dict[int, int]):
+    def move(key: tuple) -> tuple:
+        if key[0] == "f":  # ("f", chunk, sources, sink, src, dst)
+            _, c, sources, sink, a, b = key
+            return ("f", representative[chunks[c]], tuple(sorted(ranks[x] for x in sources)), ranks[sink],
+                    ranks[a], ranks[b])
+        if key[0] == "u":  # ("u", chunk, src, dst)
+            return ("u", representative[chunks[key[1]]], ranks[key[2]], ranks[key[3]])
+        return key
+    return move
+
+
+def _check_sizes(topology: Topology, collective: Collective) -> None:
+    if topology.num_ranks != collective.num_ranks:
+        raise ImpossibleCollectiveError(f"{collective.name} is defined for {collective.num_ranks} ranks but "
+                                        f"{topology.name} has {topology.num_ranks}")
+
+
+def _safe_fraction(value: float) -> Fraction:
+    # The LP optimum is a ratio of small integers; recover it, but never round a bound up past float noise.
+    candidate = Fraction(value).limit_denominator(10_000)
+    if abs(float(candidate) - value) <= 1e-7 * max(1.0, abs(value)) and float(candidate) <= value + 1e-9:
+        return candidate
+    return Fraction(int(value * 10**6) - 1, 10**6)
+
+
+Row = tuple[dict[tuple, float], float, float]  # (coefficients by column key, lower, upper)
+
+
+class _FlowLP:
+    """Columns, by key: ("f", chunk, sources, sink, src, dst) flows, ("u", chunk, src, dst) usage, ("rounds",)."""
+
+    ROUNDS = ("rounds",)
+
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+        self.links = [(link.src, link.dst) for link in topology.links]
+        self.rows: list[Row] = []
+        self.load: dict[tuple[int, int], dict[tuple, float]] = defaultdict(dict)  # link -> usage column -> weight
+
+    def chunk_usage(self, chunk: int, commodities: list[Commodity]) -> dict[tuple[int, int], tuple]:
+        """Flow columns for each commodity of a chunk; returns link -> the column of the chunk's use of that link
+        (the flow itself for a single commodity, else a usage column >= every flow on the link)."""
+        flows_per_link: dict[tuple[int, int], list[tuple]] = defaultdict(list)
+        for commodity in commodities:
+            sources = tuple(sorted(commodity.sources))
+            # flow into a source or out of the sink is never useful: no column for it
+            cols = {(a, b): ("f", chunk, sources, commodity.sink, a, b) for a, b in self.links
+                    if b not in commodity.sources and a != commodity.sink}
+            self._conservation(commodity, cols)
+            for link, col in cols.items():
+                flows_per_link[link].append(col)
+        if len(commodities) == 1:
+            return {link: cols[0] for link, cols in flows_per_link.items()}
+        usage: dict[tuple[int, int], tuple] = {}
+        for link, flows in flows_per_link.items():
+            usage[link] = ("u", chunk, *link)
+            for f in flows:  # u - f >= 0: a link carries a chunk once for all its destinations
+                self.rows.append(({usage[link]: 1.0, f: -1.0}, 0.0, highspy.kHighsInf))
+        return usage
+
+    def _conservation(self, commodity: Commodity, cols: dict[tuple[int, int], tuple]) -> None:
+        # in(r) - out(r) = [r == sink] for every rank that is not a source
+        per_rank: dict[int, dict[tuple, float]] = defaultdict(dict)
+        for (a, b), col in cols.items():
+            per_rank[b][col] = 1.0
+            per_rank[a][col] = -1.0
+        for r in range(self.topology.num_ranks):
+            if r not in commodity.sources:
+                rhs = 1.0 if r == commodity.sink else 0.0
+                if per_rank[r] or rhs:
+                    self.rows.append((per_rank[r], rhs, rhs))
+
+    def add_usage(self, usage: dict[tuple[int, int], tuple], multiplicity: int) -> None:
+        for link, col in usage.items():
+            self.load[link][col] = self.load[link].get(col, 0.0) + multiplicity
+
+    def at_least(self, usage: dict[tuple[int, int], tuple], count: int) -> None:
+        # sum_l usage(l) >= count
+        self.rows.append(({col: 1.0 for col in usage.values()}, float(count), highspy.kHighsInf))
+
+    def minimize_rounds(self, moves: list) -> float:
+        # capacity: sum of usage on a link <= bw * rounds; on a switch's links <= budget * rounds
+        for (a, b), weights in self.load.items():
+            self.rows.append(({**weights, self.ROUNDS: -float(self.topology.bandwidth(a, b))}, -highspy.kHighsInf, 0.0))
+        for switch in self.topology.switches:
+            weights: dict[tuple, float] = {}
+            for link in switch.links:
+                for col, w in self.load.get(link, {}).items():
+                    weights[col] = weights.get(col, 0.0) + w
+            if weights:
+                self.rows.append(({**weights, self.ROUNDS: -float(switch.bandwidth)}, -highspy.kHighsInf, 0.0))
+        keys = {key for coeffs, _, _ in self.rows for key in coeffs} | {self.ROUNDS}
+        orbit = orbits(keys, moves)
+        column = {key: i for i, key in enumerate(sorted({orbit[k] for k in keys}))}
+        # symmetric images of a row become the same row once columns are orbits: keep one of each
+        unique: dict[tuple, Row] = {}
+        for coeffs, lower, upper in self.rows:
+            merged: dict[int, float] = defaultdict(float)
+            for key, coeff in coeffs.items():
+                merged[column[orbit[key]]] += coeff
+            signature = (tuple(sorted(merged.items())), lower, upper)
+            unique.setdefault(signature, (dict(merged), lower, upper))
+        return _solve_lp(len(column), column[self.ROUNDS], list(unique.values()))
+
+
+def _solve_lp(num_cols: int, objective: int, rows: list[tuple[dict[int, float], float, float]]) -> float:
+    """min x[objective] s.t. lower <= row . x <= upper, x >= 0 (HiGHS)."""
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    inf = highspy.kHighsInf
+    h.addVars(num_cols, np.zeros(num_cols), np.full(num_cols, inf))
+    h.changeColCost(objective, 1.0)
+    starts, index, value = [], [], []
+    for coeffs, _, _ in rows:
+        starts.append(len(index))
+        index += list(coeffs)
+        value += list(coeffs.values())
+    h.addRows(len(rows), np.array([r[1] for r in rows]), np.array([r[2] for r in rows]), len(index),
+              np.array(starts, dtype=np.int32), np.array(index, dtype=np.int32), np.array(value, dtype=np.float64))
+    h.run()
+    status = h.getModelStatus()
+    if status != highspy.HighsModelStatus.kOptimal:
+        raise ImpossibleCollectiveError(f"the bandwidth bound LP did not solve ({h.modelStatusToString(status)})")
+    return float(h.getInfo().objective_function_value)
+
+
+__all__ = ["Commodity", "ImpossibleCollectiveError", "data_paths", "lower_bound_rounds_per_chunk", "lower_bound_steps"]

@@ -1,0 +1,204 @@
+"""Synthesize one instance: a collective with C chunks in S steps and at most R rounds (or the fewest)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from math import ceil
+from typing import Any
+
+import z3
+
+from collsynth.collectives import Collective, display_name
+from collsynth.encodings.bounds import lower_bound_rounds_per_chunk, lower_bound_steps
+from collsynth.encodings.sccl_z3 import SAT, TIMEOUT, UNSAT, InstanceOutcome, InstanceSolver
+from collsynth.errors import CollsynthError
+from collsynth.synth.algorithm import Algorithm
+from collsynth.synth.problem import (
+    COMPOSED,
+    allreduce_parts,
+    concatenate,
+    encodable,
+    schedule_to_algorithm,
+    strategy,
+)
+from collsynth.topologies import Topology
+
+
+class SynthesisError(CollsynthError):
+    """A synthesis request that cannot be run as given (the message says what to change)."""
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One solver question: an algorithm with C chunks, S steps and at most `rounds` rounds?
+    result: sat (then `rounds` is what the algorithm found uses), unsat or timeout."""
+
+    chunks: int
+    steps: int
+    rounds: int
+    result: str
+    seconds: float
+    part: str | None = None  # AllReduce: which half ("reducescatter" / "allgather")
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"chunks": self.chunks, "steps": self.steps, "rounds": self.rounds,
+                                "result": self.result, "seconds": round(self.seconds, 3)}
+        if self.part is not None:
+            data["part"] = self.part
+        return data
+
+
+@dataclass(frozen=True)
+class InstanceResult:
+    """The answer for one instance. `status`: sat, unsat or timeout. For sat, `algorithm` is verified and
+    `rounds` is its rounds; `least` says whether fewer rounds were proved impossible for these C and S."""
+
+    status: str
+    chunks: int
+    steps: int
+    rounds: int | None
+    algorithm: Algorithm | None
+    least: bool
+    seconds: float
+    attempts: tuple[Attempt, ...]
+
+
+def solver_provenance() -> dict[str, Any]:
+    return {"synthesizer": "collsynth sccl-z3", "solver": f"z3 {z3.get_version_string()}"}
+
+
+def algorithm_name(collective: Collective, topology: Topology, chunks: int, steps: int, rounds: int) -> str:
+    return f"{display_name(collective.name)}-{topology.name}-c{chunks}-s{steps}-r{rounds}"
+
+
+def least_rounds(solver: InstanceSolver, lower: int, upper: int | None, time_limit: float | None,
+                 part: str | None = None, on_attempt: Callable[[Attempt], None] | None = None,
+                 ) -> tuple[InstanceOutcome | None, bool, list[Attempt]]:
+    """The fewest rounds in [lower, upper] (upper None: any) for the solver's instance.
+
+    Returns (best sat outcome or None, whether it is proven least, the attempts). Asks "<= upper" first;
+    then narrows [lower, found - 1]: one round at a time when the gap is small (the usual case: the first
+    answer is nearly tight), by bisection otherwise. A time-out stops the narrowing (not proven least)."""
+    attempts: list[Attempt] = []
+
+    def ask(limit: int) -> InstanceOutcome:
+        outcome = solver.solve(limit, time_limit)
+        attempt = Attempt(solver.collective.chunks, solver.steps, outcome.rounds, outcome.status, outcome.seconds, part)
+        attempts.append(attempt)
+        if on_attempt is not None:
+            on_attempt(attempt)
+        return outcome
+
+    first = ask(solver.max_useful_rounds if upper is None else upper)
+    if first.status != SAT:
+        return None, False, attempts
+    best = first
+    low = max(lower, solver.steps)  # every R in [low, ...] not yet refuted
+    while best.rounds - 1 >= low:
+        high = best.rounds - 1
+        probe = high if high - low < 3 else (low + high) // 2
+        outcome = ask(probe)
+        if outcome.status == SAT:
+            best = outcome
+        elif outcome.status == UNSAT:
+            low = probe + 1
+        else:
+            return best, False, attempts
+    return best, True, attempts
+
+
+def synthesize_instance(topology: Topology, collective: Collective, steps: int, rounds: int | None = None, *,
+                        time_limit: float | None = None) -> InstanceResult:
+    """An algorithm for `collective` (its chunk factor is C) on `topology` in exactly `steps` steps and at most
+    `rounds` rounds; without `rounds`, the fewest rounds for those C and S. Every solver call gets
+    `time_limit` seconds; a time-out is reported as status "timeout", never as unsat."""
+    start = time.perf_counter()
+    if steps < 1:
+        raise SynthesisError(f"steps must be >= 1, got {steps}")
+    if rounds is not None and rounds < 1:
+        raise SynthesisError(f"rounds must be >= 1, got {rounds}")
+    lower_bound_steps(topology, collective)  # raises when the collective is impossible on the topology
+    if strategy(collective) == COMPOSED:
+        return _allreduce_instance(topology, collective, steps, rounds, time_limit, start)
+    enc_topology, enc_collective = encodable(topology, collective)
+    solver = InstanceSolver(enc_topology, enc_collective, steps)
+    if rounds is None:
+        lower = ceil(lower_bound_rounds_per_chunk(topology, collective) * collective.chunks)
+        best, least, attempts = least_rounds(solver, lower, None, time_limit)
+    else:
+        best, _, attempts = least_rounds(solver, rounds, rounds, time_limit)
+        least = False  # only asked for "at most `rounds`"
+    if best is None:
+        status = attempts[-1].result
+        return InstanceResult(status, collective.chunks, steps, rounds, None, False, time.perf_counter() - start,
+                              tuple(attempts))
+    assert best.schedule is not None
+    algorithm = schedule_to_algorithm(
+        algorithm_name(collective, topology, collective.chunks, steps, best.rounds), topology, collective,
+        best.schedule, {**solver_provenance(), "seconds": round(sum(a.seconds for a in attempts), 3)})
+    return InstanceResult(SAT, collective.chunks, steps, best.rounds, algorithm, least, time.perf_counter() - start,
+                          tuple(attempts))
+
+
+def _allreduce_instance(topology: Topology, collective: Collective, steps: int, rounds: int | None,
+                        time_limit: float | None, start: float) -> InstanceResult:
+    """AllReduce: first ReduceScatter in S1 steps then AllGather in S - S1 (every split; cheap, and a good upper
+    bound), then the direct encoding for anything better: within `rounds`, or fewer rounds than the
+    composition needs (its unsat answer then proves the composition's rounds least)."""
+    attempts: list[Attempt] = []
+    composed = _allreduce_composition(topology, collective, steps, rounds, time_limit, attempts)
+    if composed is not None and rounds is not None:
+        return InstanceResult(SAT, collective.chunks, steps, composed.rounds, composed, False,
+                              time.perf_counter() - start, tuple(attempts))
+    solver = InstanceSolver(topology, collective, steps)
+    lower = ceil(lower_bound_rounds_per_chunk(topology, collective) * collective.chunks)
+    upper = rounds if composed is None else composed.rounds - 1
+    if upper is not None and upper < max(lower, steps):
+        found, least, tried = None, True, []
+    else:
+        found, least, tried = least_rounds(solver, lower if rounds is None else upper, upper, time_limit, "direct")
+    attempts += tried
+    seconds = time.perf_counter() - start
+    if found is not None and found.schedule is not None:
+        name = algorithm_name(collective, topology, collective.chunks, steps, found.rounds)
+        algorithm = schedule_to_algorithm(name, topology, collective, found.schedule,
+                                          {**solver_provenance(), "encoding": "allreduce-direct"})
+        return InstanceResult(SAT, collective.chunks, steps, found.rounds, algorithm, least and rounds is None,
+                              seconds, tuple(attempts))
+    if composed is not None:
+        proven = bool(tried) and tried[-1].result == UNSAT or not tried
+        return InstanceResult(SAT, collective.chunks, steps, composed.rounds, composed, proven, seconds,
+                              tuple(attempts))
+    status = UNSAT if tried and tried[-1].result == UNSAT else TIMEOUT
+    return InstanceResult(status, collective.chunks, steps, rounds, None, False, seconds, tuple(attempts))
+
+
+def _allreduce_composition(topology: Topology, collective: Collective, steps: int, rounds: int | None,
+                           time_limit: float | None, attempts: list[Attempt]) -> Algorithm | None:
+    """The best ReduceScatter + AllGather algorithm in `steps` steps (within `rounds`), over every split."""
+    rs, ag = allreduce_parts(collective)
+    rs_low, ag_low = lower_bound_steps(topology, rs), lower_bound_steps(topology, ag)
+    best: Algorithm | None = None
+    for rs_steps in range(rs_low, steps - ag_low + 1):
+        halves = []
+        for part, coll, part_steps in (("reducescatter", rs, rs_steps), ("allgather", ag, steps - rs_steps)):
+            budget = None if rounds is None else rounds - (steps - part_steps)  # the other half needs >= 1 a step
+            enc_topology, enc_collective = encodable(topology, coll)
+            solver = InstanceSolver(enc_topology, enc_collective, part_steps)
+            lower = ceil(lower_bound_rounds_per_chunk(topology, coll) * coll.chunks)
+            found, _, tried = least_rounds(solver, lower, budget, time_limit, part)
+            attempts += tried
+            if found is None or found.schedule is None:
+                break
+            name = algorithm_name(coll, topology, coll.chunks, part_steps, found.rounds)
+            halves.append(schedule_to_algorithm(name, topology, coll, found.schedule, solver_provenance()))
+        if len(halves) < 2:
+            continue
+        total = halves[0].rounds + halves[1].rounds
+        if (rounds is None or total <= rounds) and (best is None or total < best.rounds):
+            name = algorithm_name(collective, topology, collective.chunks, steps, total)
+            best = concatenate(name, halves[0], halves[1], collective,
+                               {**solver_provenance(), "composition": "reducescatter+allgather"})
+    return best
