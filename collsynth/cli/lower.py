@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -22,6 +23,13 @@ def write_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def checkable_size(nbytes: int, ir, itemsize: int = 4) -> int:
+    """The largest size <= nbytes (at least one element per chunk) whose buffers split into whole float32
+    elements per chunk, as the interpreter requires."""
+    unit = itemsize * math.lcm(*(n for gpu in ir.gpus for n in (gpu.i_chunks, gpu.o_chunks) if n > 0))
+    return max(unit, nbytes - nbytes % unit)
 
 
 @click.command()
@@ -50,11 +58,12 @@ def lower(algorithm: str, output: str | None, xml_path: str | None, instances: i
         click.echo(f"wrote {output} ({len(program.ops)} ops)")
     if xml_path:
         ir = compile_program(program)
-        result = execute(ir, backend="cpu", nbytes=parse_size(size))
+        nbytes = checkable_size(parse_size(size), ir)
+        result = execute(ir, backend="cpu", nbytes=nbytes)
         if not result.passed:
             raise click.ClickException(f"the compiled program fails the interpreter: {result.message}")
         write_xml(ir, xml_path)
-        click.echo(f"wrote {xml_path} ({ir.ngpus} GPUs, {ir.num_steps} steps; interpreter: PASS)")
+        click.echo(f"wrote {xml_path} ({ir.ngpus} GPUs, {ir.num_steps} steps; interpreter: PASS on {nbytes} B)")
     if not output and not xml_path:
         click.echo(str(program))
 
