@@ -3,26 +3,12 @@
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from pathlib import Path
 
 import click
 
+from collsynth.files import write_atomic
 from collsynth.synth import Algorithm, verify
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temp file in the same folder and rename, so nothing half-written is left."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def checkable_size(nbytes: int, ir, itemsize: int = 4) -> int:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import click
 
 from collsynth.encodings.sketch import Sketch, load_sketch
 from collsynth.errors import CollsynthError
+from collsynth.files import write_atomic
 from collsynth.topologies import Topology, TopologyError, resolve_topology
 from collsynth.units import parse_size
 
@@ -45,18 +44,6 @@ def _load_topology(spec: str, sketch: Sketch, taccl_costs: bool) -> tuple[Topolo
             raise MilpCliError(f"the sketch is for {sketch.num_nodes} nodes but {spec!r} is one node and cannot be "
                                f"expanded ({exc}); give a {sketch.num_nodes}-node topology") from None
     return topology, ""
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @click.command("milp")
@@ -103,7 +90,7 @@ def milp(topology: str, collective: str, sketch_path: str, size: str, solver: st
     if timeline:
         click.echo(timeline_text(result.algorithm))
     if output:
-        _write_atomic(Path(output), result.algorithm.to_json())
+        write_atomic(Path(output), result.algorithm.to_json())
         click.echo(f"wrote {output}")
     if report_dir:
         files = write_report(result, report_dir)

@@ -27,12 +27,12 @@ where every dependency comes first, so the data dependencies are acyclic by cons
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from collsynth.emit import chakra_schema as et
 from collsynth.errors import CollsynthError
+from collsynth.files import write_atomic
 from collsynth.ir import MAX_CHANNELS, RECEIVING_TYPES, SENDING_TYPES, STEP_TYPES, Algo
 
 SCHEMA_VERSION = "0.0.4"
@@ -251,17 +251,6 @@ def _rank_trace(ir: Algo, gpu_index: int, nbytes: int, tags: dict[tuple[int, int
     return b"".join(out)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def export_chakra(ir: Algo, out_dir: str | os.PathLike[str], prefix: str = "ir", nbytes: int = MB) -> list[Path]:
     """Write `<prefix>.<rank>.et` for every rank of `ir` into `out_dir`; `nbytes` is the per-rank buffer
     size (nccl-tests' size column). Returns the paths, in rank order. Every file is built before any is
@@ -286,7 +275,7 @@ def export_chakra(ir: Algo, out_dir: str | os.PathLike[str], prefix: str = "ir",
     for rank, data in zip(ranks, traces, strict=True):
         path = directory / f"{prefix}.{rank}.et"
         try:
-            _write_atomic(path, data)
+            write_atomic(path, data)
         except OSError as exc:
             raise ChakraError(f"cannot write {path} ({exc.strerror})") from None
         paths.append(path)
@@ -353,7 +342,7 @@ def write_trace(path: str | os.PathLike[str], metadata: object, nodes: Sequence[
     target = Path(path)
     data = b"".join(_delimited(message.SerializeToString()) for message in (metadata, *nodes))  # type: ignore
     try:
-        _write_atomic(target, data)
+        write_atomic(target, data)
     except OSError as exc:
         raise ChakraError(f"cannot write {target} ({exc.strerror})") from None
     return target

@@ -55,12 +55,12 @@ in microsoft/msccl, the interpreter kernels `msccl_kernel.cu` / `msccl_interpret
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 from lxml import etree
 
 from collsynth.errors import CollsynthError
+from collsynth.files import write_atomic
 from collsynth.ir import Algo, Gpu, Step, Threadblock
 from collsynth.ir.validate import validate
 
@@ -107,15 +107,7 @@ def write_xml(ir: Algo, path: str | os.PathLike[str]) -> Path:
     directory = target.parent if str(target.parent) else Path(".")
     if not directory.is_dir():
         raise XMLFormatError(f"cannot write {target}: directory {directory} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return write_atomic(target, text)
 
 
 def _set(elem: etree._Element, names: tuple[str, ...], values: tuple[object, ...]) -> None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from collsynth.collectives.spec import display_name
+from collsynth.files import atomic_path
 from collsynth.sim.nccl import SimError
 from collsynth.sim.simulate import SimResult
 
@@ -58,12 +58,6 @@ def plot_busbw(results: Sequence[SimResult], path: str | os.PathLike[str], *, ti
     axes.set_title(title or default_title)
     axes.grid(True, which="major", alpha=0.3)
     axes.legend(loc="best", fontsize="small")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix, dir=directory)
-    os.close(fd)
-    try:
+    with atomic_path(target) as tmp:
         figure.savefig(tmp, format=fmt, dpi=120)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return target

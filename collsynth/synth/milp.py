@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -64,6 +63,7 @@ from collsynth.encodings.taccl_milp import (
     transfers_from_routes,
 )
 from collsynth.errors import CollsynthError
+from collsynth.files import write_atomic
 from collsynth.synth.algorithm import Algorithm, Send, Step
 from collsynth.synth.verify import verify
 from collsynth.topologies import Topology
@@ -526,13 +526,13 @@ def write_report(result: MilpResult, directory: str | os.PathLike[str]) -> list[
             md += ["", f"### {s.name}: rows per constraint family", ""]
             md += [f"- {fam}: {count}" for fam, count in s.size.families]
     md += ["", "## Timeline", "", "![timeline](timeline.png)", "", "```", text, "```", ""]
-    written.append(_atomic_write(out / "report.md", "\n".join(md)))
-    written.append(_atomic_write(out / "timeline.txt", text + "\n"))
-    written.append(_atomic_write(out / "algorithm.json", result.algorithm.to_json()))
+    written.append(write_atomic(out / "report.md", "\n".join(md)))
+    written.append(write_atomic(out / "timeline.txt", text + "\n"))
+    written.append(write_atomic(out / "algorithm.json", result.algorithm.to_json()))
     report = {"predicted_us": result.predicted_us, "lower_bound_us": result.lower_bound_us, "gap": result.gap,
               "solver": result.solver, "size_bytes": result.size_bytes, "chunk_bytes": result.chunk_bytes,
               "stages": [s.to_dict() for s in result.stages]}
-    written.append(_atomic_write(out / "report.json", json.dumps(report, indent=1)))
+    written.append(write_atomic(out / "report.json", json.dumps(report, indent=1)))
     written.append(plot_timeline(result.algorithm, out / "timeline.png"))
     return written
 
@@ -541,17 +541,6 @@ def _num(value: float | None) -> str:
     return "" if value is None else f"{value:.3f}"
 
 
-def _atomic_write(path: Path, text: str) -> Path:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
 
 
 __all__ = ["MilpResult", "MilpSynthesisError", "StageReport", "synthesize_milp", "write_report"]

@@ -9,9 +9,9 @@ schedules); other algorithms are drawn step by step with unit-length sends.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
+from collsynth.files import atomic_path
 from collsynth.synth.algorithm import REDUCE, Algorithm
 
 _Bar = tuple[int, int, int, str, float, float]  # chunk, src, dst, op, start, duration
@@ -83,15 +83,9 @@ def plot_timeline(algorithm: Algorithm, path: str | os.PathLike[str], *, title: 
     ax.grid(axis="x", linewidth=0.3)
     fig.tight_layout()
     out = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".png")
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=120)
-        os.replace(tmp, out)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        with atomic_path(out) as tmp:
+            fig.savefig(tmp, dpi=120, format="png")
     finally:
         plt.close(fig)
     return out

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 
 import networkx as nx
 
+from collsynth.files import atomic_path
 from collsynth.topologies.model import Topology, TopologyError
 
 KIND_COLOURS = {"nvlink": "#4c9a2a", "xgmi": "#c0392b", "ib": "#2e6fbd", "pcie": "#7f7f7f"}
@@ -209,12 +209,6 @@ def draw_topology(topo: Topology, path: str | os.PathLike[str], *, title: str | 
     ax.autoscale_view()
     ax.margins(0.08)
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".{fmt}", dir=folder)
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         fig.savefig(tmp, format=fmt, dpi=120, bbox_inches="tight")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return path

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from collsynth.files import write_atomic
 from collsynth.topologies.library import IB_EDR, builtin, multi_node
 from collsynth.topologies.model import Topology, TopologyError
 
@@ -87,14 +87,7 @@ def save_topology(topo: Topology, path: str | os.PathLike[str]) -> None:
     if not folder.is_dir():
         raise TopologyError(f"{path}: folder {folder} does not exist; create it first")
     text = json.dumps(topo.to_dict(), indent=1) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, text)
 
 
 def resolve_topology(spec: str) -> Topology:

@@ -1,0 +1,37 @@
+"""Atomic file output: nothing half-written is ever left where a reader (or a crash) would find it."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; on success it is renamed to `path`, on failure removed.
+    For writers that take a file name (matplotlib's savefig, sqlite backups, ...)."""
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=f".tmp{target.suffix}", dir=folder)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> Path:
+    """Write text (UTF-8) or bytes to `path` via a temporary file and a rename; return the path."""
+    target = Path(path)
+    with atomic_path(target) as tmp:
+        if isinstance(data, bytes):
+            tmp.write_bytes(data)
+        else:
+            tmp.write_text(data, encoding="utf-8")
+    return target
