@@ -1,0 +1,311 @@
+"""Building a catalog from a plan: resumable, interruptible, parallel, shareable.
+
+- Resumable: items already in the database (by key) are skipped; entries of finished items that lack a
+  size of the plan's grid are simulated again from their stored XML (cheap) instead of redoing the item.
+- Parallel: `jobs` > 1 runs items in a ProcessPoolExecutor (spawned workers); the parent alone writes the
+  database, one short transaction per finished item.
+- Several builders on one database: before an item runs, the builder claims it in the `claims` table; an
+  item claimed by another live builder is left to it (a claim older than `stale_after_s` is taken over).
+- Ctrl-C (or SIGTERM): workers ignore SIGINT, the parent stops submitting, terminates its workers and
+  releases its claims; every item finished before that stays recorded. Then KeyboardInterrupt propagates.
+  Workers also get SIGTERM if the builder dies (Linux parent-death signal).
+- Time limit per item (`limits.item_timeout_s`): an item still running then is recorded as failed (timed
+  out); serial builds stop it with SIGALRM, parallel builds restart the worker pool.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
+from dataclasses import dataclass
+from multiprocessing import get_context
+from typing import Any
+
+from collsynth.catalog.db import Catalog
+from collsynth.catalog.plan import DEFAULT_ITEM_TIMEOUT_S, Plan, WorkItem, expand_plan
+from collsynth.catalog.results import ItemResult
+from collsynth.catalog.store import load_xml_text
+
+DEFAULT_STALE_AFTER_S = 6 * 3600.0
+
+
+@dataclass(frozen=True)
+class BuildEvent:
+    """Progress of a build: kind is 'skip' (done earlier), 'claimed' (another builder has it), 'start',
+    'done' (recorded; `result` set) or 'resimulated' (new sizes for an earlier entry)."""
+
+    kind: str
+    item: WorkItem | None
+    message: str = ""
+    result: ItemResult | None = None
+
+
+@dataclass(frozen=True)
+class BuildSummary:
+    items: int
+    skipped: int
+    claimed_elsewhere: int
+    ran: int
+    failed_items: int
+    entries_ok: int
+    entries_failed: int
+    resimulated: int
+    seconds: float
+
+    def __str__(self) -> str:
+        return (f"{self.items} items: {self.ran} run, {self.skipped} already done, {self.claimed_elsewhere} left to "
+                f"another builder; {self.entries_ok} entries verified, {self.entries_failed} failed, "
+                f"{self.failed_items} items failed; {self.resimulated} entries re-simulated for new sizes; "
+                f"{self.seconds:.1f} s")
+
+
+def build_catalog(plan: Plan, db_path: str | os.PathLike[str], *, jobs: int = 1, retry_failed: bool = False,
+                  on_event: Callable[[BuildEvent], None] | None = None,
+                  stale_after_s: float = DEFAULT_STALE_AFTER_S) -> BuildSummary:
+    """Run every work item of `plan` that the database does not have yet and record the results."""
+    items = expand_plan(plan)
+    with Catalog(db_path, create=True) as catalog:
+        return run_items(catalog, items, jobs=jobs, retry_failed=retry_failed, on_event=on_event,
+                         stale_after_s=stale_after_s, item_timeout_s=plan.item_timeout_s)
+
+
+def run_items(catalog: Catalog, items: Sequence[WorkItem], *, jobs: int = 1, retry_failed: bool = False,
+              on_event: Callable[[BuildEvent], None] | None = None, stale_after_s: float = DEFAULT_STALE_AFTER_S,
+              item_timeout_s: float = DEFAULT_ITEM_TIMEOUT_S) -> BuildSummary:
+    """The build loop on an open catalog (build_catalog's body; the regression suite reuses it)."""
+    timeout_s = item_timeout_s
+    if jobs < 1:
+        from collsynth.catalog.errors import CatalogError
+
+        raise CatalogError(f"--jobs must be >= 1, got {jobs}")
+    emit = on_event or (lambda event: None)
+    started = time.perf_counter()
+    finished = catalog.finished_keys(include_failed=not retry_failed)
+    pending = [item for item in items if item.key not in finished]
+    for item in items:
+        if item.key in finished:
+            emit(BuildEvent("skip", item, "done earlier"))
+    owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    counts = {"ran": 0, "claimed": 0, "failed_items": 0, "ok": 0, "failed": 0}
+
+    def claim(item: WorkItem) -> bool:
+        if catalog.claim(item.key, owner, stale_after_s=stale_after_s):
+            emit(BuildEvent("start", item))
+            return True
+        counts["claimed"] += 1
+        emit(BuildEvent("claimed", item, "another builder is working on it"))
+        return False
+
+    def record(item: WorkItem, result: ItemResult) -> None:
+        catalog.record(item, result)
+        counts["ran"] += 1
+        counts["failed_items"] += not result.ok
+        counts["ok"] += sum(entry.passed for entry in result.entries)
+        counts["failed"] += sum(not entry.passed for entry in result.entries)
+        emit(BuildEvent("done", item, result.message, result))
+
+    previous_sigterm = _raise_interrupt_on_sigterm()
+    try:
+        if jobs == 1 or len(pending) <= 1:
+            _run_serial(pending, claim, record, timeout_s)
+        else:
+            _run_parallel(pending, jobs, claim, record, timeout_s)
+    except BaseException:
+        catalog.release_all(owner)  # Ctrl-C, SIGTERM or a crash: what is not recorded goes back to the pool
+        raise
+    finally:
+        if previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, previous_sigterm)
+    resimulated = resimulate_missing(catalog, items, emit)
+    return BuildSummary(items=len(items), skipped=len(items) - len(pending), claimed_elsewhere=counts["claimed"],
+                        ran=counts["ran"], failed_items=counts["failed_items"], entries_ok=counts["ok"],
+                        entries_failed=counts["failed"], resimulated=resimulated,
+                        seconds=time.perf_counter() - started)
+
+
+class ItemTimeout(BaseException):
+    """A work item ran past its time limit (a BaseException so the pipeline's error capture lets it through)."""
+
+
+def _timed_out(item: WorkItem, timeout_s: float) -> ItemResult:
+    return ItemResult(item.key, False, f"timed out after {timeout_s:g} s (raise limits.item_timeout_s in the plan, "
+                                       "or lower the synthesizer's limits)")
+
+
+def _raise_interrupt_on_sigterm() -> Any:
+    """While building, SIGTERM stops the build like Ctrl-C (workers ended, claims released)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt("terminated")
+
+    return signal.signal(signal.SIGTERM, handler)
+
+
+@contextmanager
+def _alarm(seconds: float | None) -> Iterator[None]:
+    """Raise ItemTimeout in this (main) thread after `seconds`; a no-op elsewhere or for None. An interval
+    timer already running (e.g. pytest-timeout's) keeps its deadline and its handler."""
+    if seconds is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    start = time.monotonic()
+    outer_left, _ = signal.getitimer(signal.ITIMER_REAL)
+    outer_deadline = start + outer_left if outer_left > 0 else None
+    deadline = start + seconds
+    previous = signal.getsignal(signal.SIGALRM)
+
+    def handler(signum: int, frame: Any) -> None:
+        now = time.monotonic()
+        if now < deadline - 1e-3:  # the outer timer's deadline came first: let its handler act
+            if callable(previous):
+                previous(signum, frame)
+            signal.setitimer(signal.ITIMER_REAL, max(deadline - time.monotonic(), 1e-3))
+            return
+        raise ItemTimeout
+
+    signal.signal(signal.SIGALRM, handler)
+    first = min(deadline, outer_deadline) if outer_deadline is not None else deadline
+    signal.setitimer(signal.ITIMER_REAL, max(first - start, 1e-3))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if outer_deadline is not None:
+            signal.setitimer(signal.ITIMER_REAL, max(outer_deadline - time.monotonic(), 1e-3))
+
+
+def _run_serial(pending: Iterable[WorkItem], claim: Callable[[WorkItem], bool],
+                record: Callable[[WorkItem, ItemResult], None], timeout_s: float) -> None:
+    from collsynth.catalog.pipeline import run_item
+
+    for item in pending:
+        if not claim(item):
+            continue
+        try:
+            with _alarm(timeout_s):
+                result = run_item(item)
+        except ItemTimeout:
+            result = _timed_out(item, timeout_s)
+        record(item, result)
+
+
+def _init_worker() -> None:
+    """Worker initializer: Ctrl-C goes to the parent, which decides what to stop; and a worker ends with its
+    builder even if the builder is killed outright (Linux parent-death signal; skipped where unavailable)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
+def _new_pool(jobs: int) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"), initializer=_init_worker)
+
+
+def _run_parallel(pending: Sequence[WorkItem], jobs: int, claim: Callable[[WorkItem], bool],
+                  record: Callable[[WorkItem, ItemResult], None], timeout_s: float) -> None:
+    """Keep `jobs` items in flight. An item past its time limit is recorded as failed and the pool restarted
+    (the only way to stop a running item); the other in-flight items are resubmitted. A worker that dies
+    breaks the whole pool: its items are resubmitted once, and recorded as failed if it happens again."""
+    from collsynth.catalog.pipeline import run_item
+
+    queue = list(reversed(pending))
+    resubmit: list[WorkItem] = []
+    running: dict[Future[ItemResult], tuple[WorkItem, float]] = {}
+    breaks: dict[str, int] = {}
+    executor = _new_pool(jobs)
+    try:
+        while queue or resubmit or running:
+            while (queue or resubmit) and len(running) < jobs:
+                item = resubmit.pop() if resubmit else queue.pop()
+                if item.key in breaks or claim(item):  # resubmitted items are still claimed by this builder
+                    running[executor.submit(run_item, item)] = (item, time.monotonic())
+            if not running:
+                continue
+            deadline = min(started for _, started in running.values()) + timeout_s
+            done, _ = wait(running, timeout=max(0.0, deadline - time.monotonic()), return_when=FIRST_COMPLETED)
+            broken = False
+            for future in done:
+                item, _ = running.pop(future)
+                try:
+                    result = future.result()
+                except BrokenProcessPool:
+                    broken = True
+                    breaks[item.key] = breaks.get(item.key, 0) + 1
+                    if breaks[item.key] < 2:
+                        resubmit.append(item)
+                        continue
+                    result = ItemResult(item.key, False, "its worker process died twice (out of memory?)")
+                except Exception as exc:  # e.g. a result that cannot be unpickled: record it, keep building
+                    result = ItemResult(item.key, False, f"worker failed: {type(exc).__name__}: {exc}")
+                record(item, result)
+            now = time.monotonic()
+            expired = [future for future, (_, started) in running.items() if now - started >= timeout_s]
+            if expired or broken:
+                for future in expired:
+                    item, _ = running.pop(future)
+                    record(item, _timed_out(item, timeout_s))
+                for item, _ in running.values():
+                    breaks.setdefault(item.key, 0)  # resubmit without claiming again
+                    resubmit.append(item)
+                running.clear()
+                _stop(executor)
+                executor = _new_pool(jobs)
+    except BaseException:
+        _stop(executor)
+        raise
+    executor.shutdown(wait=True)
+
+
+def _stop(executor: ProcessPoolExecutor) -> None:
+    """Cancel queued work and end the worker processes this builder started."""
+    # ProcessPoolExecutor has no public way to end running workers before Python 3.14 (terminate_workers);
+    # take the handles before shutdown() drops them.
+    processes = list((getattr(executor, "_processes", None) or {}).values())
+    executor.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(timeout=5)
+
+
+def resimulate_missing(catalog: Catalog, items: Sequence[WorkItem],
+                       emit: Callable[[BuildEvent], None] | None = None) -> int:
+    """Simulate stored entries of `items` at the sizes of their item that they have no time for."""
+    from collsynth.catalog.pipeline import simulate_points
+    from collsynth.emit.msccl_xml import read_xml
+    from collsynth.sim import dtype_info
+
+    count = 0
+    by_key = {item.key: item for item in items}
+    for entry in catalog.entries(status="ok"):
+        item = by_key.get(entry.item_key)
+        if item is None:
+            continue
+        type_name = dtype_info(item.dtype)[0]
+        have = {point.requested_bytes for point in catalog.times(entry.id, type_name)}
+        missing = [size for size in item.sizes if size not in have]
+        if not missing:
+            continue
+        ir = read_xml(load_xml_text(catalog.root, entry.xml_sha256 or ""))
+        catalog.add_times(entry.id, simulate_points(ir, item.topology, missing, item.dtype))
+        count += 1
+        if emit:
+            emit(BuildEvent("resimulated", item, f"{entry.name}: {len(missing)} new sizes"))
+    return count

@@ -1,0 +1,306 @@
+"""Export the catalog as MSCCL/RCCL algorithm directories, with a report of which algorithm wins where.
+
+How the loaders pick an algorithm (msccl-executor-nccl and RCCL, `src/misc/msccl/msccl_lifecycle.cc`, and
+the external msccl-scheduler; summarized in our words): at init the scheduler reads *every* regular file in
+the directory named by `MSCCL_ALGO_DIR` (default: `msccl-algorithms/` next to libnccl.so / librccl.so; RCCL
+also tries `../share/rccl/msccl-algorithms`) as an MSCCL-IR XML file; a file that does not parse fails the
+init. For each call it takes the *first* file (directory order) whose `coll` and `ngpus` match, whose
+`inplace` / `outofplace` flag matches the call, where count % nchunksperloop == 0, and where
+minBytes <= count x element size x sizeMultiplier <= maxBytes (maxBytes 0: no upper limit;
+sizeMultiplier is ngpus for allgather, reducescatter and alltoall). Otherwise the call falls back to NCCL.
+So the ranges we write for one (collective, ngpus, in-place kind) never overlap, and each topology gets
+its own directory (two topologies with the same rank count would otherwise compete). NCCL's
+`NCCL_MSCCL_ENABLE` and RCCL's `RCCL_MSCCL_ENABLE` default to 1; RCCL's internal scheduler only runs
+where RCCL enables MSCCL for the GPU unless `RCCL_MSCCL_FORCE_ENABLE=1`. The older microsoft/msccl loader
+instead takes a colon-separated list of files in `MSCCL_XML_FILES` with `NCCL_ALGO=MSCCL,RING,TREE`.
+
+Layout of an export directory:
+
+    DIR/report.md                           which algorithm wins where (tables), how to load the export
+    DIR/plots/<topology>-<coll>[-inplace].png   busbw vs size of the winners
+    DIR/<topology>/msccl-algorithms/*.xml   the winners, minBytes/maxBytes set (only XML files in here)
+    DIR/<topology>/msccl.env                the loader configuration: `source` it before running
+    DIR/<topology>/manifest.json            the ranges, machine-readable
+
+Export writes into a temporary directory beside DIR and renames it into place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from collsynth.catalog.db import Catalog, EntryRow
+from collsynth.catalog.errors import CatalogError
+from collsynth.catalog.results import SimPoint
+from collsynth.catalog.select import SizeRange, Winner, crossover, size_granule, size_ranges, winners_per_size
+from collsynth.catalog.store import write_text_atomic
+from collsynth.collectives import canonical_name, display_name
+from collsynth.ir import Algo
+from collsynth.topologies import Topology
+from collsynth.units import format_size
+
+
+@dataclass(frozen=True)
+class ExportGroup:
+    """The export plan of one (topology, collective, in-place kind): candidates, per-size winners, ranges."""
+
+    topology: Topology
+    fingerprint: str
+    collective: str
+    inplace: bool
+    dtype: str
+    candidates: tuple[EntryRow, ...]
+    points: dict[str, tuple[SimPoint, ...]]  # entry id -> its simulated points
+    winners: tuple[Winner, ...]
+    ranges: tuple[SizeRange, ...]
+
+    def entry(self, entry_id: str) -> EntryRow:
+        return next(entry for entry in self.candidates if entry.id == entry_id)
+
+    @property
+    def slug(self) -> str:
+        return f"{_slug(self.topology.name)}-{self.collective}" + ("-inplace" if self.inplace else "")
+
+
+@dataclass(frozen=True)
+class ExportSummary:
+    directory: Path
+    groups: tuple[ExportGroup, ...]
+    files: tuple[Path, ...]
+
+    def __str__(self) -> str:
+        ranges = sum(len(group.ranges) for group in self.groups)
+        return (f"exported {ranges} size ranges for {len(self.groups)} (topology, collective) groups to "
+                f"{self.directory}; see {self.directory / 'report.md'}")
+
+
+def plan_export(catalog: Catalog, *, topologies: Sequence[str] = (), collectives: Sequence[str] = (),
+                dtype: str | None = None) -> list[ExportGroup]:
+    """Per (topology, collective, in-place kind) among verified entries: winners per grid size and the
+    size ranges with boundaries at the simulated crossovers."""
+    type_name = _type_name(catalog, dtype)
+    wanted_topologies = {t.lower() for t in topologies}
+    wanted_collectives = {canonical_name(c) for c in collectives}
+    groups: dict[tuple[str, str, bool], list[EntryRow]] = {}
+    for entry in catalog.entries(status="ok"):
+        if wanted_topologies and entry.topology.lower() not in wanted_topologies:
+            continue
+        if wanted_collectives and entry.collective not in wanted_collectives:
+            continue
+        groups.setdefault((entry.fingerprint, entry.collective, entry.variant.inplace), []).append(entry)
+    if not groups:
+        what = " matching the filters" if topologies or collectives else ""
+        raise CatalogError(f"{catalog.path}: no verified entries{what} to export; build the catalog first "
+                           "(collsynth catalog build PLAN)")
+    out = []
+    for (fingerprint, collective, inplace), entries in sorted(groups.items(), key=lambda kv: (kv[1][0].topology,
+                                                                                                kv[0][1], kv[0][2])):
+        points = {entry.id: tuple(catalog.times(entry.id, type_name)) for entry in entries}
+        entries = [entry for entry in entries if points[entry.id]]
+        if not entries:
+            continue
+        topology = catalog.topology(fingerprint)
+        times = {entry.id: {p.size_bytes: p.time_us for p in points[entry.id]} for entry in entries}
+        winners = winners_per_size(times)
+        irs = {entry.id: _read_ir(catalog, entry) for entry in entries if any(w.winner == entry.id for w in winners)}
+        ngpus = topology.num_ranks
+        elem_bytes = _elem_bytes(type_name)
+        granule = size_granule(collective, ngpus, elem_bytes)
+
+        def boundary(left: str, right: str, lo: int, hi: int, _irs: dict[str, Algo] = irs,
+                     _topology: Topology = topology, _granule: int = granule) -> int:
+            return crossover(_timer(_irs[left], _topology, type_name), _timer(_irs[right], _topology, type_name),
+                             lo, hi, _granule)
+
+        ranges = size_ranges(winners, boundary)
+        out.append(ExportGroup(topology=topology, fingerprint=fingerprint, collective=collective, inplace=inplace,
+                               dtype=type_name, candidates=tuple(entries), points={e.id: points[e.id] for e in entries},
+                               winners=tuple(winners), ranges=tuple(ranges)))
+    return out
+
+
+def write_export(catalog: Catalog, groups: Sequence[ExportGroup], directory: str | os.PathLike[str], *,
+                 force: bool = False) -> ExportSummary:
+    """Write the algorithm directories, loader configs, manifest, plots and report (module docstring)."""
+    from collsynth.emit.msccl_xml import write_xml
+
+    target = Path(directory)
+    if target.exists() and not target.is_dir():
+        raise CatalogError(f"{target} exists and is not a directory; choose another --msccl DIR")
+    if target.is_dir() and any(target.iterdir()) and not force:
+        raise CatalogError(f"{target} exists and is not empty; choose a new directory or pass --force to replace it")
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        raise CatalogError(f"cannot export to {target}: directory {parent} does not exist")
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=parent))
+    files: list[Path] = []
+    try:
+        (staging / "plots").mkdir()
+        by_topology: dict[str, list[ExportGroup]] = {}
+        for group in groups:
+            by_topology.setdefault(_slug(group.topology.name), []).append(group)
+        manifests: dict[str, list[dict[str, Any]]] = {}
+        for topo_slug, topo_groups in by_topology.items():
+            algo_dir = staging / topo_slug / "msccl-algorithms"
+            algo_dir.mkdir(parents=True)
+            manifest = manifests.setdefault(topo_slug, [])
+            for group in topo_groups:
+                for index, size_range in enumerate(group.ranges):
+                    entry = group.entry(size_range.winner)
+                    ir = replace(_read_ir(catalog, entry), min_bytes=size_range.min_bytes,
+                                 max_bytes=size_range.max_bytes)
+                    name = (f"{group.collective}-{'inplace' if group.inplace else 'outofplace'}-{index}-"
+                            f"{_size_label(size_range.min_bytes)}-{_size_label(size_range.max_bytes, upper=True)}.xml")
+                    files.append(write_xml(ir, algo_dir / name))
+                    manifest.append({"file": f"msccl-algorithms/{name}", "collective": group.collective,
+                                     "coll": ir.collective, "ngpus": ir.ngpus, "inplace": group.inplace,
+                                     "minBytes": size_range.min_bytes, "maxBytes": size_range.max_bytes,
+                                     "nchunksperloop": ir.nchunksperloop, "entry": entry.id, "name": entry.name,
+                                     "source": entry.source, "protocol": entry.variant.protocol,
+                                     "instances": entry.variant.instances,
+                                     "won_sizes": [size_range.first_size, size_range.last_size]})
+            topo_dir = staging / topo_slug
+            files.append(write_text_atomic(topo_dir / "msccl.env", loader_config(topo_groups)))
+            files.append(write_text_atomic(topo_dir / "manifest.json",
+                                           json.dumps({"topology": topo_groups[0].topology.name,
+                                                       "fingerprint": topo_groups[0].fingerprint,
+                                                       "dtype": topo_groups[0].dtype, "algorithms": manifest},
+                                                      indent=1) + "\n"))
+        plots = {group.slug: _plot(group, staging / "plots" / f"{group.slug}.png") for group in groups}
+        files.extend(plots.values())
+        from collsynth.catalog.report import export_report
+
+        files.append(write_text_atomic(staging / "report.md", export_report(groups, catalog.path)))
+        _swap_into_place(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return ExportSummary(target, tuple(groups), tuple(target / f.relative_to(staging) for f in files))
+
+
+def loader_config(groups: Sequence[ExportGroup]) -> str:
+    """The `msccl.env` file: environment for the MSCCL (msccl-executor-nccl), RCCL and legacy loaders."""
+    topology = groups[0].topology
+    lines = [
+        f"# MSCCL/RCCL loader configuration for {topology.name} ({topology.num_ranks} ranks), written by collsynth.",
+        "# Use:  source msccl.env   (bash; finds msccl-algorithms/ next to this file), then run the job.",
+        "# The scheduler reads every file in MSCCL_ALGO_DIR and, per call, takes the first XML whose coll, ngpus,",
+        "# in-place kind and [minBytes, maxBytes] match (maxBytes 0 = no limit) and where count % nchunksperloop",
+        "# is 0; other calls fall back to NCCL/RCCL. Ranges below never overlap.",
+        '_here="$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)"',
+        'export MSCCL_ALGO_DIR="$_here/msccl-algorithms"   # msccl-executor-nccl, RCCL, msccl-scheduler',
+        "export NCCL_MSCCL_ENABLE=1                         # msccl-executor-nccl (default 1)",
+        "export RCCL_MSCCL_ENABLE=1                         # RCCL (default 1)",
+        "export RCCL_MSCCL_FORCE_ENABLE=1                   # RCCL: use MSCCL on GPUs it does not enable it for",
+        "# Legacy microsoft/msccl loader (no directory scan): a colon-separated file list and the MSCCL algorithm.",
+        "# Note: that loader spells ReduceScatter 'reduce_scatter'; these files use the current 'reducescatter'.",
+    ]
+    names = [f"$_here/msccl-algorithms/{item}" for item in _manifest_files(groups)]
+    lines.append(f'export MSCCL_XML_FILES="{":".join(names)}"')
+    lines.append("export NCCL_ALGO=MSCCL,RING,TREE")
+    lines.append("unset _here")
+    return "\n".join(lines) + "\n"
+
+
+def _manifest_files(groups: Sequence[ExportGroup]) -> list[str]:
+    return [f"{group.collective}-{'inplace' if group.inplace else 'outofplace'}-{index}-"
+            f"{_size_label(r.min_bytes)}-{_size_label(r.max_bytes, upper=True)}.xml"
+            for group in groups for index, r in enumerate(group.ranges)]
+
+
+def _swap_into_place(staging: Path, target: Path) -> None:
+    """Rename the finished staging directory to `target`, replacing what was there."""
+    old = None
+    if target.exists():
+        old = target.with_name(f".{target.name}.old-{uuid.uuid4().hex[:8]}")
+        os.replace(target, old)
+    try:
+        os.replace(staging, target)
+    except BaseException:
+        if old is not None:
+            os.replace(old, target)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _plot(group: ExportGroup, path: Path) -> Path:
+    """busbw vs size of every candidate that wins somewhere, plus the exported envelope."""
+    from collsynth.sim.plot import plot_busbw
+
+    winners = list(dict.fromkeys(w.winner for w in group.winners))
+    results = [_sim_result(group, group.entry(entry_id).name, group.points[entry_id]) for entry_id in winners]
+    envelope = []
+    for w in group.winners:
+        envelope.append(next(p for p in group.points[w.winner] if p.size_bytes == w.size_bytes))
+    results.append(_sim_result(group, "exported (best per size)", tuple(envelope)))
+    kind = "in-place" if group.inplace else "out-of-place"
+    title = (f"{display_name(group.collective)} on {group.topology.name} ({group.topology.num_ranks} ranks, "
+             f"{group.dtype}, {kind}): winners")
+    return plot_busbw(results, path, title=title)
+
+
+def _sim_result(group: ExportGroup, name: str, points: Sequence[SimPoint]) -> Any:
+    from collsynth.sim import SimResult, SimRow
+
+    rows = tuple(SimRow(p.size_bytes, p.count, p.dtype, p.time_us, p.algbw_GBps, p.busbw_GBps) for p in points)
+    return SimResult(algorithm=name, collective=group.collective, ngpus=group.topology.num_ranks,
+                     topology=group.topology.name, dtype=group.dtype, rows=rows,
+                     tiles=tuple(p.tiles for p in points), extrapolated=tuple(p.extrapolated for p in points))
+
+
+def _timer(ir: Algo, topology: Topology, type_name: str) -> Any:
+    from collsynth.sim import simulate
+
+    def time_at(size_bytes: int) -> float:
+        return simulate(ir, topology, [size_bytes], dtype=type_name).rows[0].time_us
+
+    return time_at
+
+
+def _read_ir(catalog: Catalog, entry: EntryRow) -> Algo:
+    from collsynth.emit.msccl_xml import read_xml
+
+    return read_xml(catalog.xml_text(entry))
+
+
+def _type_name(catalog: Catalog, dtype: str | None) -> str:
+    from collsynth.sim import dtype_info
+
+    stored = catalog.dtypes()
+    if dtype is not None:
+        name = dtype_info(dtype)[0]
+        if name not in stored:
+            have = ", ".join(stored) or "none"
+            raise CatalogError(f"{catalog.path}: no times simulated for dtype {dtype!r} (have: {have}); rebuild with "
+                               f"dtype = \"{dtype}\" in the plan")
+        return name
+    if not stored:
+        raise CatalogError(f"{catalog.path}: no simulated times; build the catalog first (collsynth catalog build)")
+    if len(stored) > 1:
+        raise CatalogError(f"{catalog.path}: times for several dtypes ({', '.join(stored)}); choose one with --dtype")
+    return stored[0]
+
+
+def _elem_bytes(type_name: str) -> int:
+    from collsynth.sim import dtype_info
+
+    return dtype_info(type_name)[1]
+
+
+def _size_label(nbytes: int, *, upper: bool = False) -> str:
+    if upper and nbytes == 0:
+        return "inf"
+    return format_size(nbytes).replace(".", "_")
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in text).strip("_") or "topology"

@@ -1,0 +1,165 @@
+"""The generate-and-compile pipeline for one work item, a pure function of the item:
+
+    synthesize (or build the hand-written program) -> lower -> compile -> interpret -> simulate -> XML text
+
+Every algorithm is compiled in every variant of the item. Nothing becomes XML unless the CPU reference
+interpreter passed (DESIGN.md: every IR is checked before it is written anywhere); a failure at any stage
+becomes a failed entry naming the stage and the message. `run_item` never raises for a bad algorithm, so one
+failure cannot stop a catalog build; it runs in worker processes and returns picklable data.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from collsynth.catalog.plan import LIBRARY, CompileVariant, WorkItem
+from collsynth.catalog.results import EntryResult, ItemResult, SimPoint
+from collsynth.catalog.sources import build_library_program, synthesize, tool_versions
+from collsynth.errors import CollsynthError
+from collsynth.ir import Algo
+from collsynth.synth import Algorithm
+from collsynth.topologies import Topology
+
+
+def run_item(item: WorkItem) -> ItemResult:
+    """Run one work item end to end (module docstring)."""
+    started = time.perf_counter()
+    versions = tool_versions()
+    if item.source == LIBRARY:
+        name = str(item.param("program"))
+        provenance = {"synthesizer": "hand-written", "program": name, "versions": versions}
+        entries = tuple(
+            check_program(name, variant, lambda v=variant: build_library_program(name, item.topology, v),
+                          item.topology, item.sizes, item.dtype, provenance=provenance)
+            for variant in item.variants)
+        return ItemResult(item.key, True, _summary(entries), entries, time.perf_counter() - started, provenance)
+    try:
+        synthesized = synthesize(item)
+    except CollsynthError as exc:
+        return ItemResult(item.key, False, f"synthesis: {exc}", (), time.perf_counter() - started,
+                          {"synthesizer": item.source, "versions": tool_versions()})
+    except Exception as exc:  # a bug in a synthesizer must not stop the build: record it with its origin
+        return ItemResult(item.key, False, f"synthesis: internal error: {_describe(exc)}", (),
+                          time.perf_counter() - started, {"synthesizer": item.source, "versions": tool_versions()})
+    entries = []
+    names: dict[str, int] = {}
+    for algorithm in synthesized.algorithms:
+        name = algorithm_entry_name(item.source, algorithm)
+        names[name] = names.get(name, 0) + 1
+        if names[name] > 1:  # two algorithms of one shape: keep both, distinctly named
+            name = f"{name}-{names[name]}"
+        provenance = {**dict(algorithm.provenance), "algorithm": algorithm.name, "versions": versions}
+        for variant in item.variants:
+            entries.append(check_program(
+                name, variant, lambda v=variant, a=algorithm: _lower(a, v), item.topology, item.sizes, item.dtype,
+                provenance=provenance, shape=(algorithm.chunks, algorithm.num_steps, algorithm.rounds)))
+    return ItemResult(item.key, True, _summary(entries), tuple(entries), time.perf_counter() - started,
+                      synthesized.provenance)
+
+
+def algorithm_entry_name(source: str, algorithm: Algorithm) -> str:
+    """A short, stable name for a synthesized algorithm: smt-c2s2r3, milp-<sketch>-..."""
+    if source == "milp":
+        sketch = str(algorithm.provenance.get("sketch", "sketch"))
+        return f"milp-{_slug(sketch)}-c{algorithm.chunks}"
+    return f"smt-c{algorithm.chunks}s{algorithm.num_steps}r{algorithm.rounds}"
+
+
+def _lower(algorithm: Algorithm, variant: CompileVariant) -> Any:
+    from collsynth.language.lower import lower_to_program
+
+    return lower_to_program(algorithm, instances=variant.instances, protocol=variant.protocol,
+                            inplace=variant.inplace or None)
+
+
+def check_program(name: str, variant: CompileVariant, build: Callable[[], Any], topology: Topology,
+                  sizes: Sequence[int], dtype: str, *, provenance: dict[str, Any] | None = None,
+                  shape: tuple[int | None, int | None, int | None] = (None, None, None)) -> EntryResult:
+    """Build (or lower) the program, compile it, interpret it and simulate it: one entry."""
+    from collsynth.compiler import compile_program
+    from collsynth.runtime import execute
+
+    chunks, steps, rounds = shape
+    base = {"name": name, "variant": variant, "chunks": chunks, "steps": steps, "rounds": rounds,
+            "provenance": dict(provenance or {})}
+    seconds: dict[str, float] = {}
+    stage = "lower"
+    try:
+        started = time.perf_counter()
+        program = build()
+        seconds[stage] = time.perf_counter() - started
+        stage = "compile"
+        started = time.perf_counter()
+        ir = compile_program(program)
+        ir = replace(ir, name=ir_name(topology, program.collective.name, name, variant))
+        seconds[stage] = time.perf_counter() - started
+        stage = "interpret"
+        started = time.perf_counter()
+        verdict = execute(ir, backend="cpu", collective=program.collective)
+        seconds[stage] = time.perf_counter() - started
+        stats = ir_stats(ir)
+        if not verdict.passed:
+            return EntryResult(passed=False, stage=stage, message=f"{verdict.failure}: {verdict.message}",
+                               ir_stats=stats, **base)
+        stage = "simulate"
+        started = time.perf_counter()
+        times = simulate_points(ir, topology, sizes, dtype)
+        seconds[stage] = time.perf_counter() - started
+        stage = "xml"
+        from collsynth.emit.msccl_xml import ir_to_xml
+
+        xml = ir_to_xml(ir)
+    except CollsynthError as exc:
+        return EntryResult(passed=False, stage=stage, message=str(exc), **base)
+    except Exception as exc:  # a bug in a later stage must not stop the build: record where it happened
+        return EntryResult(passed=False, stage=stage, message=f"internal error: {_describe(exc)}", **base)
+    base["provenance"]["seconds"] = {k: round(v, 4) for k, v in seconds.items()}
+    return EntryResult(passed=True, message=verdict.message, xml=xml, ir_stats=stats, times=times, **base)
+
+
+def simulate_points(ir: Algo, topology: Topology, sizes: Sequence[int], dtype: str) -> tuple[SimPoint, ...]:
+    """The simulator's rows for `sizes`, as catalog points."""
+    from collsynth.sim import simulate
+
+    result = simulate(ir, topology, list(sizes), dtype=dtype)
+    return tuple(SimPoint(requested, row.size_bytes, row.count, row.type, row.time_us, row.algbw_GBps,
+                          row.busbw_GBps, tiles, extrapolated)
+                 for requested, row, tiles, extrapolated in zip(sizes, result.rows, result.tiles, result.extrapolated,
+                                                                strict=True))
+
+
+def ir_name(topology: Topology, collective: str, name: str, variant: CompileVariant) -> str:
+    """The `name` attribute of the XML: what the entry is, readable in MSCCL's logs."""
+    parts = [_slug(topology.name), collective, name, variant.protocol]
+    if variant.instances != 1:
+        parts.append(f"i{variant.instances}")
+    if variant.inplace:
+        parts.append("inplace")
+    return "-".join(parts)
+
+
+def ir_stats(ir: Algo) -> dict[str, Any]:
+    tbs = [len(gpu.tbs) for gpu in ir.gpus]
+    return {"coll": ir.collective, "proto": ir.proto, "nchannels": ir.nchannels, "nchunksperloop": ir.nchunksperloop,
+            "ngpus": ir.ngpus, "inplace": ir.inplace, "max_threadblocks": max(tbs, default=0),
+            "steps": ir.num_steps}
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "._" else "_" for ch in text).strip("_") or "x"
+
+
+def _summary(entries: Sequence[EntryResult]) -> str:
+    passed = sum(entry.passed for entry in entries)
+    return f"{passed}/{len(entries)} entries verified"
+
+
+def _describe(exc: BaseException) -> str:
+    """Type, message and where it was raised (innermost frame), on one line."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno}" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"

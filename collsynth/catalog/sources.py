@@ -1,0 +1,167 @@
+"""Where catalog entries come from: the synthesizers (SMT frontier / instance / least-steps, MILP) and the
+hand-written library. Each returns what the rest of the pipeline compiles: `Algorithm`s (to lower) or
+DSL `Program`s (hand-written, built per compile variant)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from collsynth.catalog.errors import CatalogError
+from collsynth.catalog.plan import LIBRARY, CompileVariant, WorkItem
+from collsynth.collectives import Collective
+from collsynth.errors import CollsynthError
+from collsynth.synth import Algorithm
+from collsynth.topologies import Topology
+
+
+@dataclass(frozen=True)
+class Synthesized:
+    """What a synthesizer run gave: its algorithms and a JSON-able account of the run (solver, versions,
+    every instance tried with its result and time)."""
+
+    algorithms: tuple[Algorithm, ...]
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+
+def tool_versions() -> dict[str, str]:
+    """Versions of everything that can change a result: collsynth, the solvers, Python."""
+    versions = {"python": platform.python_version()}
+    for package in ("collsynth", "z3-solver", "pulp", "highspy"):
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    return versions
+
+
+# --- hand-written programs ----------------------------------------------------------------------------
+
+def library_names(topology: Topology, collective: Collective) -> list[str]:
+    """Library programs for this collective that build on this topology (shape, links, node layout)."""
+    from collsynth.algorithms import LIBRARY as PROGRAMS
+
+    names = []
+    for name, entry in PROGRAMS.items():
+        if entry.collective != collective.name or entry.fits(topology.num_ranks, topology.num_nodes) is not None:
+            continue
+        if entry.multi_node and topology.nodes is None:
+            continue
+        try:
+            build_library_program(name, topology, CompileVariant())
+        except CollsynthError:
+            continue  # e.g. no ring through the topology's links
+        names.append(name)
+    return names
+
+
+def build_library_program(name: str, topology: Topology, variant: CompileVariant) -> Any:
+    """The hand-written program `name`, with parameters suggested for the topology, in this variant."""
+    from collsynth.algorithms import library_entry, suggested_parameters
+
+    entry = library_entry(name)
+    params = dict(suggested_parameters(entry, topology))
+    if variant.inplace:
+        if not entry.inplace:
+            raise CatalogError(f"{name} has no in-place form; drop inplace = true for it")
+        params["inplace"] = True
+    return entry.builder(topology, instances=variant.instances, protocol=variant.protocol, **params)
+
+
+# --- synthesizers -------------------------------------------------------------------------------------
+
+def synthesize(item: WorkItem) -> Synthesized:
+    """Run the item's synthesizer; raises CollsynthError when it cannot give any algorithm."""
+    runner = _SYNTHESIZERS.get(item.source)
+    if runner is None:
+        raise CatalogError(f"work item {item.label}: unknown source {item.source!r}")
+    return runner(item)
+
+
+def _smt_pareto(item: WorkItem) -> Synthesized:
+    from collsynth.synth.pareto import pareto_frontier
+
+    frontier = pareto_frontier(item.topology, item.collective, max_chunks=int(item.param("max_chunks")),
+                               time_limit=float(item.param("time_limit_s")))
+    points = frontier.pareto if item.param("points", "pareto") == "pareto" else frontier.sat_points
+    algorithms = tuple(point.algorithm for point in points if point.algorithm is not None)
+    provenance = {"synthesizer": "smt-pareto", "solver": "z3", "versions": tool_versions(),
+                  **_frontier_account(frontier)}
+    if not algorithms:
+        raise CatalogError(f"the SMT frontier of {item.collective.name} on {item.topology.name} found no algorithm "
+                           f"within {item.param('max_chunks')} chunks (time limit {item.param('time_limit_s')} s)")
+    return Synthesized(algorithms, provenance)
+
+
+def _frontier_account(frontier: Any) -> dict[str, Any]:
+    data = frontier.to_dict() if hasattr(frontier, "to_dict") else {}
+    return {key: data[key] for key in ("lower_bounds", "frontier", "tried", "stopped") if key in data}
+
+
+def _smt_instance(item: WorkItem) -> Synthesized:
+    from collsynth.synth.instance import synthesize_instance
+
+    chunks, steps = int(item.param("chunks")), int(item.param("steps"))
+    result = synthesize_instance(item.topology, item.collective.with_chunks(chunks), steps, item.param("rounds"),
+                                 time_limit=float(item.param("time_limit_s")))
+    algorithm = _algorithm_of(result, f"instance C={chunks} S={steps}")
+    return Synthesized((algorithm,), {"synthesizer": "smt-instance", "solver": "z3", "versions": tool_versions(),
+                                      **_outcome_account(result)})
+
+
+def _smt_least_steps(item: WorkItem) -> Synthesized:
+    from collsynth.synth.least_steps import least_steps
+
+    chunks = int(item.param("chunks", 1))
+    max_steps = item.param("max_steps")
+    result = least_steps(item.topology, item.collective.with_chunks(chunks),
+                         time_limit=float(item.param("time_limit_s")),
+                         max_steps=None if max_steps is None else int(max_steps))
+    algorithm = _algorithm_of(result, f"least-steps C={chunks}")
+    return Synthesized((algorithm,), {"synthesizer": "smt-least-steps", "solver": "z3", "versions": tool_versions(),
+                                      **_outcome_account(result)})
+
+
+def _outcome_account(result: Any) -> dict[str, Any]:
+    """Status (a least-steps "timeout" with an algorithm: a smaller S stayed undecided) and every solver call."""
+    attempts = [a.to_dict() if hasattr(a, "to_dict") else str(a) for a in getattr(result, "attempts", ())]
+    return {"status": getattr(result, "status", "sat"), "least_rounds": getattr(result, "least", None),
+            "tried": attempts}
+
+
+def _algorithm_of(result: Any, what: str) -> Algorithm:
+    """The Algorithm in a driver's answer (an Algorithm itself, or an outcome carrying one)."""
+    if isinstance(result, Algorithm):
+        return result
+    algorithm = getattr(result, "algorithm", None)
+    if isinstance(algorithm, Algorithm):
+        return algorithm
+    status = getattr(result, "status", "no algorithm")
+    raise CatalogError(f"SMT {what}: {status}, no algorithm; raise the time limit or change the instance")
+
+
+def _milp(item: WorkItem) -> Synthesized:
+    from collsynth.encodings.sketch import load_sketch
+    from collsynth.synth.milp import synthesize_milp
+
+    sketch = load_sketch(str(item.param("sketch")))
+    result = synthesize_milp(item.topology, item.collective.name, sketch, int(item.param("size")),
+                             solver=str(item.param("solver", "highs")), time_limit=float(item.param("time_limit_s")),
+                             root=item.collective.root)
+    provenance = {"synthesizer": "milp", "solver": result.solver, "versions": tool_versions(),
+                  "predicted_us": result.predicted_us, "lower_bound_us": result.lower_bound_us,
+                  "stages": [stage.to_dict() for stage in result.stages]}
+    return Synthesized((result.algorithm,), provenance)
+
+
+_SYNTHESIZERS: dict[str, Callable[[WorkItem], Synthesized]] = {
+    "pareto": _smt_pareto,
+    "instance": _smt_instance,
+    "least-steps": _smt_least_steps,
+    "milp": _milp,
+}
+
+assert LIBRARY not in _SYNTHESIZERS  # library programs are built per variant, not synthesized

@@ -1,0 +1,219 @@
+"""`collsynth catalog build|list|show|best|export`: the IR catalog on the command line (thin over
+collsynth.catalog)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from collsynth.units import format_size, parse_size
+
+DEFAULT_DB = "catalog.sqlite"
+_db_option = click.option("--db", "db_path", default=DEFAULT_DB, show_default=True,
+                          type=click.Path(dir_okay=False, path_type=Path), help="the catalog database (SQLite)")
+
+
+@click.group("catalog")
+def catalog() -> None:
+    """Build, query and export a catalog of verified, simulated MSCCL-IR algorithms."""
+
+
+@catalog.command("build")
+@click.argument("plan_path", metavar="PLAN", type=click.Path(dir_okay=False, path_type=Path))
+@_db_option
+@click.option("-j", "--jobs", default=1, show_default=True, type=click.IntRange(min=1),
+              help="work items run in parallel processes")
+@click.option("--retry-failed", is_flag=True, help="run again items that failed or have failed entries")
+@click.option("--dry-run", is_flag=True, help="list the work items and whether they are done, run nothing")
+def build(plan_path: Path, db_path: Path, jobs: int, retry_failed: bool, dry_run: bool) -> None:
+    """Run PLAN (TOML): synthesize -> lower -> compile -> verify -> simulate every entry into the catalog.
+
+    Re-running skips finished items; Ctrl-C keeps what finished; several builders may share one --db."""
+    from collsynth.catalog import Catalog, build_catalog, expand_plan, load_plan
+
+    plan = load_plan(plan_path)
+    if dry_run:
+        items = expand_plan(plan)
+        done: set[str] = set()
+        if db_path.exists():
+            with Catalog(db_path) as db:
+                done = db.finished_keys()
+        for item in items:
+            click.echo(f"{'done   ' if item.key in done else 'pending'}  {item.key[:10]}  {item.label}  "
+                       f"[{', '.join(str(v) for v in item.variants)}]")
+        click.echo(f"{len(items)} items, {sum(item.key in done for item in items)} done", err=True)
+        return
+    with _progress() as progress:
+        summary = build_catalog(plan, db_path, jobs=jobs, retry_failed=retry_failed, on_event=progress)
+    click.echo(str(summary))
+
+
+class _progress:
+    """A rich progress bar on stderr (only on a terminal) fed by build events; plain lines for failures."""
+
+    def __init__(self) -> None:
+        self.bar = None
+        self.task = None
+        self.total = 0
+
+    def __enter__(self) -> _progress:
+        if sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("catalog", total=None)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+    def __call__(self, event) -> None:  # type: ignore[no-untyped-def]
+        if event.kind == "start" and self.bar is not None:
+            self.total += 1
+            self.bar.update(self.task, total=self.total, description=f"running {event.item.label}")
+        elif event.kind == "done":
+            if self.bar is not None:
+                self.bar.advance(self.task)
+            result = event.result
+            failed = [e for e in result.entries if not e.passed]
+            if not result.ok or failed:
+                lines = [f"FAILED {event.item.label}: {result.message}"] if not result.ok else []
+                lines += [f"FAILED {event.item.label} {e.name} {e.variant} at {e.stage}: {e.message}" for e in failed]
+                for line in lines:
+                    (self.bar.console.print(line, markup=False, highlight=False) if self.bar is not None
+                     else click.echo(line, err=True))
+
+
+@catalog.command("list")
+@_db_option
+@click.option("-t", "--topology", help="only this topology (its name in the catalog)")
+@click.option("-c", "--collective", help="only this collective")
+@click.option("--failed", is_flag=True, help="only failed entries and items (with why)")
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
+def list_entries(db_path: Path, topology: str | None, collective: str | None, failed: bool, as_json: bool) -> None:
+    """List catalog entries: id, name, topology, collective, shape, compile options, status."""
+    from collsynth.catalog import Catalog
+    from collsynth.collectives import canonical_name
+
+    with Catalog(db_path) as db:
+        entries = db.entries(topology=topology, collective=canonical_name(collective) if collective else None,
+                             status="failed" if failed else None)
+        failed_items = [item for item in db.items() if item.status == "failed"] if failed else []
+    if as_json:
+        click.echo(json.dumps([_entry_json(e) for e in entries], indent=1))
+        return
+    rows = [(e.id[:10], e.topology, e.collective, e.name, e.shape or "-", str(e.variant), e.status,
+             "" if e.ok else f"{e.stage}: {e.message}") for e in entries]
+    _table(("id", "topology", "collective", "name", "shape", "compile", "status", "why"), rows)
+    for item in failed_items:
+        click.echo(f"item {item.key[:10]}  {item.label}  failed: {item.message}")
+    click.echo(f"{len(entries)} entries", err=True)
+
+
+@catalog.command("show")
+@click.argument("entry_id", metavar="ID")
+@_db_option
+@click.option("--xml", "show_xml", is_flag=True, help="print the entry's MSCCL-IR XML instead")
+def show(entry_id: str, db_path: Path, show_xml: bool) -> None:
+    """Show one entry (ID: a prefix of its id from `catalog list`): provenance, compile options, XML file,
+    verification, predicted time per size."""
+    from collsynth.catalog import Catalog, xml_relpath
+
+    with Catalog(db_path) as db:
+        entry = db.entry(entry_id)
+        if show_xml:
+            click.echo(db.xml_text(entry), nl=False)
+            return
+        points = db.times(entry.id)
+        click.echo(f"entry      {entry.id}")
+        click.echo(f"name       {entry.name}  ({entry.source})")
+        click.echo(f"target     {entry.collective} on {entry.topology} ({entry.ranks} ranks, fingerprint "
+                   f"{entry.fingerprint})")
+        if entry.shape:
+            click.echo(f"shape      {entry.shape}")
+        click.echo(f"compile    {entry.variant}  {json.dumps(entry.ir_stats, sort_keys=True)}")
+        click.echo(f"status     {entry.status}" + ("" if entry.ok else f" at {entry.stage}") + f": {entry.message}")
+        if entry.xml_sha256:
+            click.echo(f"xml        {db.root / xml_relpath(entry.xml_sha256)}")
+        click.echo(f"provenance {json.dumps(entry.provenance, sort_keys=True)}")
+    if points:
+        _table(("size", "count", "type", "time (us)", "algbw (GB/s)", "busbw (GB/s)"),
+               [(format_size(p.size_bytes), str(p.count), p.dtype, f"{p.time_us:.2f}", f"{p.algbw_GBps:.2f}",
+                 f"{p.busbw_GBps:.2f}") for p in points])
+
+
+@catalog.command("best")
+@click.argument("topology_spec", metavar="TOPO")
+@click.argument("collective", metavar="COLL")
+@click.argument("size", metavar="SIZE")
+@_db_option
+@click.option("-d", "--dtype", default="float32", show_default=True, help="element type of SIZE's count")
+@click.option("--inplace/--out-of-place", "inplace", default=None, help="only in-place / out-of-place entries")
+@click.option("-n", "--top", default=5, show_default=True, type=click.IntRange(min=1), help="how many to rank")
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
+def best(topology_spec: str, collective: str, size: str, db_path: Path, dtype: str, inplace: bool | None, top: int,
+         as_json: bool) -> None:
+    """The fastest verified entry for TOPO, COLL at SIZE (nccl-tests size, e.g. 1MB), with the runners-up."""
+    from collsynth.catalog import Catalog, rank_entries
+
+    with Catalog(db_path) as db:
+        ranked = rank_entries(db, topology_spec, collective, parse_size(size), dtype=dtype, inplace=inplace)[:top]
+    if as_json:
+        click.echo(json.dumps([{**_entry_json(r.entry), "size_bytes": r.size_bytes, "time_us": r.time_us,
+                                "busbw_GBps": r.busbw_GBps, "simulated_now": r.simulated} for r in ranked], indent=1))
+        return
+    winner = ranked[0]
+    click.echo(f"best: {winner.entry.name} [{winner.entry.id[:10]}] {winner.time_us:.2f} us, busbw "
+               f"{winner.busbw_GBps:.2f} GB/s at {format_size(winner.size_bytes)}")
+    rows = [(str(i + 1), r.entry.id[:10], r.entry.name, str(r.entry.variant), f"{r.time_us:.2f}",
+             f"{r.busbw_GBps:.2f}", f"{r.time_us / winner.time_us:.2f}x") for i, r in enumerate(ranked)]
+    _table(("#", "id", "name", "compile", "time (us)", "busbw (GB/s)", "vs best"), rows)
+    if any(r.simulated for r in ranked):
+        click.echo(f"({format_size(winner.size_bytes)} is not on the stored grid: simulated now)", err=True)
+
+
+@catalog.command("export")
+@_db_option
+@click.option("--msccl", "directory", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="write the MSCCL/RCCL algorithm directories, loader configs and report here")
+@click.option("-t", "--topology", "topologies", multiple=True, help="only these topologies (repeatable)")
+@click.option("-c", "--collective", "collectives", multiple=True, help="only these collectives (repeatable)")
+@click.option("-d", "--dtype", default=None, help="which simulated dtype decides (when the catalog has several)")
+@click.option("--force", is_flag=True, help="replace DIR if it exists")
+def export(db_path: Path, directory: Path, topologies: tuple[str, ...], collectives: tuple[str, ...],
+           dtype: str | None, force: bool) -> None:
+    """Per (topology, collective) the winning algorithm per size range, minBytes/maxBytes at the simulated
+    crossovers, as an MSCCL/RCCL-loadable directory with its loader config, plus a Markdown report and
+    busbw plots of which algorithm wins where."""
+    from collsynth.catalog import Catalog, plan_export, write_export
+
+    with Catalog(db_path) as db:
+        groups = plan_export(db, topologies=topologies, collectives=collectives, dtype=dtype)
+        summary = write_export(db, groups, directory, force=force)
+    click.echo(str(summary))
+
+
+def _entry_json(entry) -> dict:  # type: ignore[no-untyped-def]
+    return {"id": entry.id, "name": entry.name, "topology": entry.topology, "fingerprint": entry.fingerprint,
+            "collective": entry.collective, "ranks": entry.ranks, "source": entry.source, "chunks": entry.chunks,
+            "steps": entry.steps, "rounds": entry.rounds, "compile": entry.variant.to_dict(), "status": entry.status,
+            "stage": entry.stage, "message": entry.message, "xml_sha256": entry.xml_sha256,
+            "provenance": entry.provenance, "ir": entry.ir_stats}
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """Plain aligned columns (easy to grep and pipe)."""
+    widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(header)]
+    click.echo("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip())
+    for row in rows:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+COMMANDS = (catalog,)

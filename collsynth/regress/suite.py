@@ -1,0 +1,321 @@
+"""The regression suite: synthesized algorithms against the hand-written library on the same topologies.
+
+A suite is a catalog plan (collsynth/regress/quick.toml, full.toml). Running it builds every entry
+through the catalog pipeline (synthesize -> lower -> compile -> interpret -> simulate) into a scratch
+catalog, then:
+- every entry must pass the interpreter (a wrong result is a regression);
+- every entry's predicted time per size is compared with the stored baseline: slower by more than the
+  tolerance is a regression, faster is reported as an improvement (accept it with --update-baseline);
+  a baseline entry of this suite that no longer appears (a frontier point lost, a program that stopped
+  building, a synthesis time-out) is a regression;
+- per (topology, collective) and size: the best synthesized against the best hand-written entry, who
+  wins and by how much;
+- expected shapes (EXPECTED_SHAPES): the SMT frontier's latency-optimal point beats the ring at the
+  smallest size, its bandwidth-optimal point matches or beats the ring (within the tolerance) at the
+  largest. These are checked claims: failing one fails the suite.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+
+from collsynth.catalog import BuildEvent, Catalog, CompileVariant, EntryRow, Plan, expand_plan, load_plan, run_items
+from collsynth.catalog.plan import LIBRARY
+from collsynth.regress.baseline import Baseline
+
+SUITES_DIR = Path(__file__).resolve().parent  # quick.toml, full.toml (and the sketch they name)
+DEFAULT_TOLERANCE = 0.05
+# (topology, collective) cases whose shape against the ring is a checked claim.
+EXPECTED_SHAPES = (("dgx1", "allgather"),)
+
+REGRESSION = "regression"
+IMPROVEMENT = "improvement"
+NEW = "new"
+
+
+@dataclass(frozen=True)
+class CaseEntry:
+    """One entry of a suite run, keyed as in the baseline."""
+
+    key: str
+    topology: str
+    collective: str
+    name: str
+    source: str
+    variant: CompileVariant
+    chunks: int | None
+    steps: int | None
+    rounds: int | None
+    passed: bool
+    message: str
+    times_us: Mapping[int, float] = field(default_factory=dict)  # nccl-tests size -> predicted time
+    busbw: Mapping[int, float] = field(default_factory=dict)
+
+    @property
+    def synthesized(self) -> bool:
+        return self.source != LIBRARY
+
+    @property
+    def case(self) -> str:
+        return f"{self.topology}/{self.collective}"
+
+
+@dataclass(frozen=True)
+class Finding:
+    severity: str  # regression | improvement | new
+    key: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.severity.upper():<11} {self.key}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Matchup:
+    """Best synthesized vs best hand-written entry of one case at one size."""
+
+    size_bytes: int
+    synthesized: str | None
+    synthesized_us: float | None
+    handwritten: str | None
+    handwritten_us: float | None
+
+    @property
+    def winner(self) -> str:
+        if self.synthesized_us is None or self.handwritten_us is None:
+            return "synthesized" if self.handwritten_us is None else "hand-written"
+        return "synthesized" if self.synthesized_us < self.handwritten_us else "hand-written"
+
+    @property
+    def speedup(self) -> float | None:
+        """Hand-written time / synthesized time (> 1: the synthesized one is faster)."""
+        if self.synthesized_us and self.handwritten_us:
+            return self.handwritten_us / self.synthesized_us
+        return None
+
+
+@dataclass(frozen=True)
+class ShapeCheck:
+    case: str
+    claim: str
+    passed: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class RegressResult:
+    suite: str
+    dtype: str
+    tolerance: float
+    entries: tuple[CaseEntry, ...]
+    failed_items: tuple[tuple[str, str], ...]  # (item label, message)
+    findings: tuple[Finding, ...]
+    matchups: Mapping[str, tuple[Matchup, ...]]  # case -> per size
+    shapes: tuple[ShapeCheck, ...]
+    seconds: float
+
+    @property
+    def regressions(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == REGRESSION]
+
+    @property
+    def passed(self) -> bool:
+        return not self.regressions and all(check.passed for check in self.shapes)
+
+    @property
+    def broken(self) -> bool:
+        """Failures that no baseline excuses: wrong results, failed items, failed shape checks."""
+        return (any(not e.passed for e in self.entries) or bool(self.failed_items)
+                or not all(check.passed for check in self.shapes))
+
+    def times(self) -> dict[str, dict[int, float]]:
+        """Entry key -> size -> us, for the baseline (verified entries only)."""
+        return {e.key: dict(e.times_us) for e in self.entries if e.passed}
+
+
+def load_suite(quick: bool) -> Plan:
+    return load_plan(SUITES_DIR / ("quick.toml" if quick else "full.toml"))
+
+
+def entry_key(topology: str, collective: str, name: str, variant: CompileVariant) -> str:
+    parts = [topology, collective, name, variant.protocol]
+    if variant.instances != 1:
+        parts.append(f"i{variant.instances}")
+    if variant.inplace:
+        parts.append("inplace")
+    return "/".join(parts)
+
+
+def run_suite(plan: Plan, *, jobs: int = 1, db_path: str | Path | None = None,
+              on_event: Callable[[BuildEvent], None] | None = None) -> tuple[list[CaseEntry], list[tuple[str, str]]]:
+    """Build every entry of the suite into a catalog (a scratch one unless `db_path`, which then also makes
+    the run resumable) and return its entries and the items that failed."""
+    items = expand_plan(plan)
+    with tempfile.TemporaryDirectory(prefix="collsynth-regress-") as scratch:
+        path = Path(db_path) if db_path is not None else Path(scratch) / "regress.sqlite"
+        with Catalog(path, create=True) as catalog:
+            run_items(catalog, items, jobs=jobs, on_event=on_event, item_timeout_s=plan.item_timeout_s)
+            keys = {item.key for item in items}
+            from collsynth.sim import dtype_info
+
+            type_name = dtype_info(plan.dtype)[0]
+            entries = [_case_entry(catalog, row, type_name) for row in catalog.entries() if row.item_key in keys]
+            failed = [(item.label, item.message) for item in catalog.items()
+                      if item.key in keys and item.status == "failed"]
+    entries.sort(key=lambda e: e.key)
+    return entries, failed
+
+
+def _case_entry(catalog: Catalog, row: EntryRow, type_name: str) -> CaseEntry:
+    points = catalog.times(row.id, type_name)
+    return CaseEntry(key=entry_key(row.topology, row.collective, row.name, row.variant), topology=row.topology,
+                     collective=row.collective, name=row.name, source=row.source, variant=row.variant,
+                     chunks=row.chunks, steps=row.steps, rounds=row.rounds, passed=row.ok,
+                     message=row.message if row.ok else f"{row.stage}: {row.message}",
+                     times_us={p.size_bytes: p.time_us for p in points},
+                     busbw={p.size_bytes: p.busbw_GBps for p in points})
+
+
+def compare_with_baseline(entries: Sequence[CaseEntry], failed_items: Sequence[tuple[str, str]], baseline: Baseline,
+                          suite: str, tolerance: float) -> list[Finding]:
+    """Regressions (wrong results, slower than the baseline, lost entries, failed items), improvements
+    and entries new to the baseline."""
+    findings = []
+    for label, message in failed_items:
+        findings.append(Finding(REGRESSION, label, f"failed: {message}"))
+    stored = baseline.for_suite(suite)
+    seen = set()
+    for entry in entries:
+        seen.add(entry.key)
+        if not entry.passed:
+            findings.append(Finding(REGRESSION, entry.key, f"wrong result or no IR: {entry.message}"))
+            continue
+        base = stored.get(entry.key) or baseline.entries.get(entry.key)
+        if base is None:
+            findings.append(Finding(NEW, entry.key, "no baseline yet (accept with --update-baseline)"))
+            continue
+        slower, faster = [], []
+        for size, now in sorted(entry.times_us.items()):
+            before = base.times_us.get(size)
+            if before is None or before <= 0:
+                continue
+            ratio = now / before
+            if ratio > 1 + tolerance:
+                slower.append((size, before, now, ratio))
+            elif ratio < 1 - tolerance:
+                faster.append((size, before, now, ratio))
+        if slower:
+            size, before, now, ratio = max(slower, key=lambda x: x[3])
+            findings.append(Finding(REGRESSION, entry.key, f"slower than the baseline at {len(slower)} sizes; worst "
+                                                           f"{_size(size)}: {before:.2f} -> {now:.2f} us "
+                                                           f"(+{100 * (ratio - 1):.1f} %)"))
+        if faster:
+            size, before, now, ratio = min(faster, key=lambda x: x[3])
+            findings.append(Finding(IMPROVEMENT, entry.key, f"faster at {len(faster)} sizes; best {_size(size)}: "
+                                                            f"{before:.2f} -> {now:.2f} us "
+                                                            f"({100 * (ratio - 1):.1f} %)"))
+    for key in sorted(set(stored) - seen):
+        findings.append(Finding(REGRESSION, key, "in the baseline but not produced any more (lost frontier point, "
+                                                 "program that no longer builds, or a time-out)"))
+    return findings
+
+
+def matchups(entries: Sequence[CaseEntry]) -> dict[str, tuple[Matchup, ...]]:
+    """Per case and size: the best synthesized and the best hand-written verified entry."""
+    cases: dict[str, list[CaseEntry]] = {}
+    for entry in entries:
+        if entry.passed:
+            cases.setdefault(entry.case, []).append(entry)
+    out = {}
+    for case, members in sorted(cases.items()):
+        sizes = sorted({size for e in members for size in e.times_us})
+        rows = []
+        for size in sizes:
+            synth = _fastest([e for e in members if e.synthesized], size)
+            hand = _fastest([e for e in members if not e.synthesized], size)
+            rows.append(Matchup(size, synth.name if synth else None, synth.times_us[size] if synth else None,
+                                hand.name if hand else None, hand.times_us[size] if hand else None))
+        out[case] = tuple(rows)
+    return out
+
+
+def _fastest(entries: Sequence[CaseEntry], size: int) -> CaseEntry | None:
+    having = [e for e in entries if size in e.times_us]
+    return min(having, key=lambda e: (e.times_us[size], e.name)) if having else None
+
+
+def shape_checks(entries: Sequence[CaseEntry], expected: Sequence[tuple[str, str]] = EXPECTED_SHAPES,
+                 tolerance: float = DEFAULT_TOLERANCE) -> list[ShapeCheck]:
+    """The SMT frontier against the ring on each expected case (module docstring)."""
+    checks = []
+    for topology, collective in expected:
+        case = f"{topology}/{collective}"
+        frontier = [e for e in entries if e.case == case and e.source == "pareto" and e.passed
+                    and e.chunks and e.steps is not None and e.rounds is not None]
+        ring = next((e for e in entries if e.case == case and e.name == f"ring_{collective}" and e.passed), None)
+        if not frontier or ring is None:
+            checks.append(ShapeCheck(case, "frontier vs ring", False,
+                                     "missing: needs verified SMT frontier entries and the hand-written ring"))
+            continue
+        latency = min(frontier, key=lambda e: (e.steps, Fraction(e.rounds, e.chunks), e.name))
+        bandwidth = min(frontier, key=lambda e: (Fraction(e.rounds, e.chunks), e.steps, e.name))
+        sizes = sorted(set(ring.times_us) & set(latency.times_us) & set(bandwidth.times_us))
+        if not sizes:
+            checks.append(ShapeCheck(case, "frontier vs ring", False, "no common simulated sizes"))
+            continue
+        small, large = sizes[0], sizes[-1]
+        lat_us, ring_small = latency.times_us[small], ring.times_us[small]
+        checks.append(ShapeCheck(
+            case, f"latency-optimal {latency.name} beats ring at {_size(small)}", lat_us < ring_small,
+            f"{lat_us:.2f} us vs ring {ring_small:.2f} us ({ring_small / lat_us:.2f}x)"))
+        bw_us, ring_large = bandwidth.times_us[large], ring.times_us[large]
+        checks.append(ShapeCheck(
+            case, f"bandwidth-optimal {bandwidth.name} matches or beats ring at {_size(large)}",
+            bw_us <= ring_large * (1 + tolerance),
+            f"{bw_us:.1f} us vs ring {ring_large:.1f} us ({ring_large / bw_us:.3f}x; tolerance {100 * tolerance:g} %)"))
+    return checks
+
+
+def evaluate(plan: Plan, entries: Sequence[CaseEntry], failed_items: Sequence[tuple[str, str]], baseline: Baseline,
+             *, tolerance: float = DEFAULT_TOLERANCE, seconds: float = 0.0,
+             expected: Sequence[tuple[str, str]] = EXPECTED_SHAPES) -> RegressResult:
+    from collsynth.sim import dtype_info
+
+    ran_cases = {e.case for e in entries}
+    wanted = [case for case in expected if f"{case[0]}/{case[1]}" in ran_cases or _planned(plan, case)]
+    return RegressResult(suite=plan.name, dtype=dtype_info(plan.dtype)[0], tolerance=tolerance,
+                         entries=tuple(entries), failed_items=tuple(failed_items),
+                         findings=tuple(compare_with_baseline(entries, failed_items, baseline, plan.name, tolerance)),
+                         matchups=matchups(entries), shapes=tuple(shape_checks(entries, wanted, tolerance)),
+                         seconds=seconds)
+
+
+def _planned(plan: Plan, case: tuple[str, str]) -> bool:
+    from collsynth.collectives import canonical_name
+
+    return any(t.topology == case[0] and case[1] in {canonical_name(c) for c in t.collectives} for t in plan.targets)
+
+
+def regress(plan: Plan, baseline: Baseline, *, tolerance: float = DEFAULT_TOLERANCE, jobs: int = 1,
+            db_path: str | Path | None = None, on_event: Callable[[BuildEvent], None] | None = None,
+            expected: Sequence[tuple[str, str]] = EXPECTED_SHAPES) -> RegressResult:
+    """Run the suite and judge it (module docstring)."""
+    from collsynth.errors import CollsynthError
+
+    if not 0 <= tolerance < 1:
+        raise CollsynthError(f"tolerance must be in [0, 1), got {tolerance}; e.g. 0.05 for 5 %")
+    started = time.perf_counter()
+    entries, failed = run_suite(plan, jobs=jobs, db_path=db_path, on_event=on_event)
+    return evaluate(plan, entries, failed, baseline, tolerance=tolerance, seconds=time.perf_counter() - started,
+                    expected=expected)
+
+
+def _size(nbytes: int) -> str:
+    from collsynth.units import format_size
+
+    return format_size(nbytes)
