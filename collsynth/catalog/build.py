@@ -22,14 +22,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass
-from multiprocessing import get_context
 from typing import Any
 
 from collsynth.catalog.db import Catalog
+from collsynth.catalog.isolate import new_pool, stop_pool
 from collsynth.catalog.plan import DEFAULT_ITEM_TIMEOUT_S, Plan, WorkItem, expand_plan
 from collsynth.catalog.results import ItemResult
 from collsynth.catalog.store import load_xml_text
@@ -200,23 +200,6 @@ def _run_serial(pending: Iterable[WorkItem], claim: Callable[[WorkItem], bool],
         record(item, result)
 
 
-def _init_worker() -> None:
-    """Worker initializer: Ctrl-C goes to the parent, which decides what to stop; and a worker ends with its
-    builder even if the builder is killed outright (Linux parent-death signal; skipped where unavailable)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG = 1
-    except (OSError, AttributeError):
-        pass
-
-
-def _new_pool(jobs: int) -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"), initializer=_init_worker)
-
-
 def _run_parallel(pending: Sequence[WorkItem], jobs: int, claim: Callable[[WorkItem], bool],
                   record: Callable[[WorkItem, ItemResult], None], timeout_s: float) -> None:
     """Keep `jobs` items in flight. An item past its time limit is recorded as failed and the pool restarted
@@ -228,7 +211,7 @@ def _run_parallel(pending: Sequence[WorkItem], jobs: int, claim: Callable[[WorkI
     resubmit: list[WorkItem] = []
     running: dict[Future[ItemResult], tuple[WorkItem, float]] = {}
     breaks: dict[str, int] = {}
-    executor = _new_pool(jobs)
+    executor = new_pool(jobs)
     try:
         while queue or resubmit or running:
             while (queue or resubmit) and len(running) < jobs:
@@ -264,25 +247,12 @@ def _run_parallel(pending: Sequence[WorkItem], jobs: int, claim: Callable[[WorkI
                     breaks.setdefault(item.key, 0)  # resubmit without claiming again
                     resubmit.append(item)
                 running.clear()
-                _stop(executor)
-                executor = _new_pool(jobs)
+                stop_pool(executor)
+                executor = new_pool(jobs)
     except BaseException:
-        _stop(executor)
+        stop_pool(executor)
         raise
     executor.shutdown(wait=True)
-
-
-def _stop(executor: ProcessPoolExecutor) -> None:
-    """Cancel queued work and end the worker processes this builder started."""
-    # ProcessPoolExecutor has no public way to end running workers before Python 3.14 (terminate_workers);
-    # take the handles before shutdown() drops them.
-    processes = list((getattr(executor, "_processes", None) or {}).values())
-    executor.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
-        if process.is_alive():
-            process.terminate()
-    for process in processes:
-        process.join(timeout=5)
 
 
 def resimulate_missing(catalog: Catalog, items: Sequence[WorkItem],

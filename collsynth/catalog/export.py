@@ -41,7 +41,7 @@ from collsynth.catalog.db import Catalog, EntryRow
 from collsynth.catalog.errors import CatalogError
 from collsynth.catalog.results import SimPoint
 from collsynth.catalog.select import SizeRange, Winner, crossover, size_granule, size_ranges, winners_per_size
-from collsynth.catalog.store import write_text_atomic
+from collsynth.catalog.store import current_umask, write_text_atomic
 from collsynth.collectives import canonical_name, display_name
 from collsynth.ir import Algo
 from collsynth.topologies import Topology
@@ -179,6 +179,7 @@ def write_export(catalog: Catalog, groups: Sequence[ExportGroup], directory: str
         from collsynth.catalog.report import export_report
 
         files.append(write_text_atomic(staging / "report.md", export_report(groups, catalog.path)))
+        _usual_permissions(staging)
         _swap_into_place(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -214,6 +215,14 @@ def _manifest_files(groups: Sequence[ExportGroup]) -> list[str]:
     return [f"{group.collective}-{'inplace' if group.inplace else 'outofplace'}-{index}-"
             f"{_size_label(r.min_bytes)}-{_size_label(r.max_bytes, upper=True)}.xml"
             for group in groups for index, r in enumerate(group.ranges)]
+
+
+def _usual_permissions(root: Path) -> None:
+    """Temp files and directories are private (0600/0700); the export is meant to be shared and loaded."""
+    mask = current_umask()
+    root.chmod(0o777 & ~mask)
+    for path in root.rglob("*"):
+        path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
 
 
 def _swap_into_place(staging: Path, target: Path) -> None:

@@ -52,6 +52,7 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
     target = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp makes 0600; give the file the usual mode
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
         os.replace(tmp, target)
@@ -59,3 +60,9 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+def current_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

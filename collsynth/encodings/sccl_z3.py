@@ -20,8 +20,9 @@ if that restricted problem is unsatisfiable or slow does the unrestricted proble
 always comes from the unrestricted problem. Solver runs are heavy-tailed, so calls are made in rounds of
 growing time slices with fresh random seeds (restarts) until the caller's time limit.
 
-Non-combining collectives only; `collsynth.synth.problem` turns Reduce / ReduceScatter into their
-non-combining duals on the reversed topology, and AllReduce into ReduceScatter + AllGather.
+`SCCLEncoding` takes non-combining collectives (`collsynth.synth.problem` turns Reduce / ReduceScatter
+into their non-combining duals on the reversed topology); `AllReduceEncoding` encodes AllReduce directly,
+tracking which contributions each copy of a chunk holds.
 """
 
 from __future__ import annotations
@@ -193,8 +194,8 @@ class _StepEncoding:
     Subclasses build `self.link_sends[(u, v, t)]` (the send variables that use link u->v in step t) and
     `self.decoded[(chunk, src, dst, step, op)]` (the variable of each send a schedule can contain)."""
 
-    def __init__(self, topology: Topology, collective: Collective, steps: int, *,
-                 symmetries: Sequence[Symmetry] = (), interruptible: bool = True) -> None:
+    def __init__(self, topology: Topology, collective: Collective, steps: int, *, symmetries: Sequence[Symmetry] = (),
+                 interruptible: bool = True, max_rounds: int | None = None) -> None:
         if topology.num_ranks != collective.num_ranks:
             raise EncodingError(f"topology {topology.name} has {topology.num_ranks} ranks but the collective has "
                                 f"{collective.num_ranks}")
@@ -206,6 +207,8 @@ class _StepEncoding:
         self.symmetries = tuple(symmetries)
         # Ctrl-C cancels a running check (raised as KeyboardInterrupt); worker processes leave it to the parent.
         self.interruptible = interruptible
+        # No question will allow more rounds than this: no step needs more than max_rounds - (steps - 1).
+        self.round_cap = max_rounds
         self.solver = z3.Solver()
         self.link_sends: dict[tuple[int, int, int], list[z3.BoolRef]] = defaultdict(list)
         self.decoded: dict[tuple[int, int, int, int, str], z3.BoolRef] = {}
@@ -232,6 +235,8 @@ class _StepEncoding:
             for switch in self.topology.switches:
                 total = sum(len(self.link_sends.get((a, b, t), ())) for a, b in switch.links)
                 need = max(need, ceil(total / switch.bandwidth))
+            if self.round_cap is not None:
+                need = max(1, min(need, self.round_cap - (self.steps - 1)))
             self.extra[t] = [z3.Bool(f"extra_{t}_{k}") for k in range(1, need)]
         add = self.solver.add
         add(*rounds_order(self.extra))
@@ -412,8 +417,9 @@ class InstanceSolver:
     SPLITS_PER_ENCODING = 6
 
     def __init__(self, topology: Topology, collective: Collective, steps: int, *, use_symmetry: bool = True,
-                 interruptible: bool = True) -> None:
+                 interruptible: bool = True, max_rounds: int | None = None) -> None:
         self.interruptible = interruptible
+        self.max_rounds = max_rounds  # no question will ask for more (keeps the encodings small)
         self.topology = topology
         self.collective = collective
         self.steps = steps
@@ -438,7 +444,8 @@ class InstanceSolver:
     def _encoding(self, level: int) -> _StepEncoding:
         if level not in self._encodings:
             self._encodings[level] = self._kind(self.topology, self.collective, self.steps,
-                                                  symmetries=self._levels[level], interruptible=self.interruptible)
+                                                symmetries=self._levels[level], interruptible=self.interruptible,
+                                                max_rounds=self.max_rounds)
         return self._encodings[level]
 
     @property
@@ -535,6 +542,34 @@ def _single_cycle(ranks: Sequence[int]) -> bool:
 
 def _with_seconds(outcome: InstanceOutcome, seconds: float) -> InstanceOutcome:
     return InstanceOutcome(outcome.status, outcome.chunks, outcome.steps, outcome.rounds, outcome.schedule, seconds)
+
+
+def greedy_schedule(topology: Topology, collective: Collective, steps: int) -> Schedule | None:
+    """A quick valid schedule for a non-combining collective in `steps` steps, or None when the steps are too
+    few: every chunk spreads along a shortest-path tree from the ranks holding it (a rank d hops away
+    receives it in step d-1), each rank joining the tree through a rank already in it if it can, else the
+    least loaded link so far. An upper bound on the rounds, and an answer when the solver times out."""
+    load: dict[tuple[int, int, int], float] = defaultdict(float)
+    per_step: list[list[tuple[int, int, int]]] = [[] for _ in range(steps)]
+    for c, dests in enumerate(chunk_destinations(collective)):
+        if not dests:
+            continue
+        depth = distances_from(topology, collective.pre[c])
+        if max(depth[d] for d in dests) > steps:
+            return None
+        in_tree = set(collective.pre[c])
+        for v in sorted(dests, key=lambda r: (depth[r], r)):
+            x = v
+            while x not in in_tree:  # walk back to the tree; depth-0 ranks are in it
+                d = int(depth[x])
+                candidates = [u for u in topology.in_neighbors[x] if depth[u] == d - 1]
+                parent = min(candidates, key=lambda u, x=x, d=d: (
+                    u not in in_tree, load[(u, x, d - 1)] / topology.bandwidth(u, x), u))
+                load[(parent, x, d - 1)] += 1
+                per_step[d - 1].append((c, parent, x))
+                in_tree.add(x)
+                x = parent
+    return tuple((tight_rounds(topology, sends), tuple(sorted(sends))) for sends in per_step)
 
 
 def tight_rounds(topology: Topology, sends: Sequence[tuple]) -> int:

@@ -12,7 +12,7 @@ import z3
 
 from collsynth.collectives import Collective, display_name
 from collsynth.encodings.bounds import lower_bound_rounds_per_chunk, lower_bound_steps
-from collsynth.encodings.sccl_z3 import SAT, TIMEOUT, UNSAT, InstanceOutcome, InstanceSolver
+from collsynth.encodings.sccl_z3 import SAT, TIMEOUT, UNSAT, InstanceOutcome, InstanceSolver, greedy_schedule
 from collsynth.errors import CollsynthError
 from collsynth.synth.algorithm import Algorithm
 from collsynth.synth.problem import (
@@ -123,13 +123,23 @@ def synthesize_instance(topology: Topology, collective: Collective, steps: int, 
     if strategy(collective) == COMPOSED:
         return _allreduce_instance(topology, collective, steps, rounds, time_limit, start)
     enc_topology, enc_collective = encodable(topology, collective)
-    solver = InstanceSolver(enc_topology, enc_collective, steps)
+    # a quick schedule bounds the question (and answers it if the solver times out)
+    greedy = greedy_schedule(enc_topology, enc_collective, steps)
+    greedy_rounds = sum(r for r, _ in greedy) if greedy is not None else None
+    upper = rounds if rounds is not None else greedy_rounds
+    if greedy_rounds is not None and upper is not None and greedy_rounds <= upper:
+        upper = greedy_rounds
+    else:
+        greedy = None
+    solver = InstanceSolver(enc_topology, enc_collective, steps, max_rounds=upper)
     if rounds is None:
         lower = ceil(lower_bound_rounds_per_chunk(topology, collective) * collective.chunks)
-        best, least, attempts = least_rounds(solver, lower, None, time_limit)
+        best, least, attempts = least_rounds(solver, lower, upper, time_limit)
     else:
-        best, _, attempts = least_rounds(solver, rounds, rounds, time_limit)
+        best, _, attempts = least_rounds(solver, rounds, upper, time_limit)
         least = False  # only asked for "at most `rounds`"
+    if best is None and greedy is not None and attempts[-1].result == TIMEOUT:
+        best, least = InstanceOutcome(SAT, collective.chunks, steps, greedy_rounds, greedy, 0.0), False
     if best is None:
         status = attempts[-1].result
         return InstanceResult(status, collective.chunks, steps, rounds, None, False, time.perf_counter() - start,

@@ -34,7 +34,14 @@ from typing import Any
 
 from collsynth.collectives import Collective
 from collsynth.encodings.bounds import lower_bound_rounds_per_chunk, lower_bound_steps
-from collsynth.encodings.sccl_z3 import SAT, TIMEOUT, InstanceSolver, reversed_topology
+from collsynth.encodings.sccl_z3 import (
+    SAT,
+    TIMEOUT,
+    InstanceOutcome,
+    InstanceSolver,
+    greedy_schedule,
+    reversed_topology,
+)
 from collsynth.synth.algorithm import Algorithm
 from collsynth.synth.instance import Attempt, SynthesisError, algorithm_name, least_rounds, solver_provenance
 from collsynth.synth.parallel import explore_chunks_task, make_pool, stop_pool
@@ -312,8 +319,17 @@ def explore_chunks(topology: Topology, collective: Collective, steps_lb: int, ra
         upper = ceil(min(caps) * chunks) - 1 if caps else None
         if upper is not None and upper < lower:
             break  # nothing with >= these steps can beat what is known
-        solver = InstanceSolver(topology, collective, steps, interruptible=interruptible)
+        # a quick schedule bounds the question (and answers it if the solver times out)
+        greedy = None if collective.combining else greedy_schedule(topology, collective, steps)
+        greedy_rounds = sum(r for r, _ in greedy) if greedy is not None else None
+        if greedy_rounds is not None and (upper is None or greedy_rounds <= upper):
+            upper = greedy_rounds
+        else:
+            greedy = None
+        solver = InstanceSolver(topology, collective, steps, interruptible=interruptible, max_rounds=upper)
         best, proven, tried = least_rounds(solver, lower, upper, time_limit, part, record)
+        if best is None and greedy is not None and tried[-1].result == TIMEOUT:
+            best = InstanceOutcome(SAT, chunks, steps, upper, greedy, 0.0)
         if stop_at_timeout and tried[-1].result == TIMEOUT:
             break  # larger S only gets harder for this encoding
         if best is None or best.status != SAT or best.schedule is None:

@@ -15,6 +15,7 @@ from collsynth.encodings.sccl_z3 import (
     InstanceSolver,
     SCCLEncoding,
     balanced_splits,
+    greedy_schedule,
     instance_symmetries,
     orbits,
     reversed_topology,
@@ -155,3 +156,27 @@ def test_fully_connected_allgather_in_one_step():
     outcome = InstanceSolver(fully_connected(5), coll, 1).solve(1)
     assert outcome.status == SAT
     verify(as_algorithm(fully_connected(5), coll, outcome.schedule))
+
+
+@st.composite
+def small_problems(draw):
+    n = draw(st.integers(3, 5))
+    pairs = [(a, b) for a in range(n) for b in range(n) if a != b]
+    chosen = draw(st.sets(st.sampled_from(pairs), max_size=len(pairs)))
+    links = tuple(Link(a, b, draw(st.integers(1, 2))) for a, b in sorted(set(chosen) | {(r, (r + 1) % n)
+                                                                                      for r in range(n)}))
+    name = draw(st.sampled_from(["allgather", "alltoall", "broadcast", "gather", "scatter"]))
+    return Topology("random", n, links), make_collective(name, n, draw(st.integers(1, 3)), root=0 if name in (
+        "broadcast", "gather", "scatter") else None)
+
+
+@given(small_problems(), st.integers(0, 2))
+def test_greedy_schedule_is_an_algorithm(problem, slack):
+    from collsynth.encodings.bounds import lower_bound_steps
+
+    topology, coll = problem
+    steps = lower_bound_steps(topology, coll) + slack
+    schedule = greedy_schedule(topology, coll, steps)
+    assert schedule is not None and len(schedule) == steps
+    verify(as_algorithm(topology, coll, schedule))
+    assert greedy_schedule(topology, coll, lower_bound_steps(topology, coll) - 1) is None
