@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +12,7 @@ import click
 
 from collsynth.collectives import Collective, display_name, resolve_collective
 from collsynth.errors import CollsynthError
+from collsynth.files import write_atomic
 from collsynth.topologies import Topology, resolve_topology
 
 
@@ -36,18 +35,6 @@ def _problem(topology_spec: str, collective_spec: str, chunks: int, root: int | 
 def _positive(name: str, value: float | int | None) -> None:
     if value is not None and value <= 0:
         raise SynthCliError(f"{name} must be > 0, got {value}")
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 _TOPO_HELP = "TOPOLOGY is a built-in name (dgx1, ring:8, ...) or a topology JSON file (ours or a TACCL profile)."
@@ -82,7 +69,7 @@ def _report_instance(result: Any, output: str | None, as_json: bool, what: str) 
     if result.status == SAT or result.algorithm is not None:
         algorithm = result.algorithm
         if output:
-            _write_atomic(Path(output), algorithm.to_json())
+            write_atomic(Path(output), algorithm.to_json())
         if not as_json:
             note = " (fewest rounds for these chunks and steps)" if result.least else ""
             click.echo(f"{algorithm.name}: {algorithm.num_steps} steps, {algorithm.rounds} rounds, "

@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from collsynth.collectives import display_name
+from collsynth.files import atomic_path, write_atomic
 from collsynth.synth.pareto import ParetoPoint, ParetoResult
 from collsynth.topologies import Topology
 
@@ -62,8 +62,8 @@ def write_progress(result: ParetoResult, directory: str | os.PathLike[str]) -> l
     for point in result.sat_points:
         path = out / algorithm_file(point)
         if point.algorithm is not None and not path.exists():
-            written.append(_atomic_write(path, point.algorithm.to_json()))
-    written.append(_atomic_write(out / "frontier.json", json.dumps(frontier_document(result), indent=1)))
+            written.append(write_atomic(path, point.algorithm.to_json()))
+    written.append(write_atomic(out / "frontier.json", json.dumps(frontier_document(result), indent=1)))
     return written
 
 
@@ -71,7 +71,7 @@ def write_report(result: ParetoResult, directory: str | os.PathLike[str]) -> lis
     """Everything: frontier.json, algorithms/*.json, report.md and frontier.png."""
     out = Path(directory)
     written = write_progress(result, out)
-    written.append(_atomic_write(out / "report.md", markdown_report(result)))
+    written.append(write_atomic(out / "report.md", markdown_report(result)))
     written.append(plot_frontier(result, out / "frontier.png"))
     return written
 
@@ -202,28 +202,11 @@ def plot_frontier(result: ParetoResult, path: str | os.PathLike[str]) -> Path:
     ax.set_axisbelow(True)
     ax.legend(loc="upper right", fontsize=8.5, framealpha=0.9)
     fig.tight_layout()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".png")
-    os.close(fd)
     try:
-        fig.savefig(tmp, format="png")
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        with atomic_path(target) as tmp:
+            fig.savefig(tmp, format="png")
     finally:
         plt.close(fig)
     return target
 
 
-def _atomic_write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
