@@ -61,10 +61,17 @@ def _markdown(result: RegressResult, plots: dict[str, Path], root: Path) -> str:
              f"{len(result.regressions)} regressions, tolerance {100 * result.tolerance:g} %, {result.seconds:.1f} s. "
              "Times are the alpha-beta simulator's predictions; every entry was checked on the CPU reference "
              "interpreter first.", ""]
-    if result.findings:
-        lines += ["## Findings", "", "| severity | entry | what |", "|---|---|---|"]
-        lines += [f"| {f.severity} | `{f.key}` | {f.message} |" for f in result.findings]
+    judged = [f for f in result.findings if f.severity != NEW]
+    fresh = [f.key for f in result.findings if f.severity == NEW]
+    if judged or fresh:
+        lines += ["## Findings", ""]
+    if judged:
+        lines += ["| severity | entry | what |", "|---|---|---|"]
+        lines += [f"| {f.severity} | `{f.key}` | {f.message} |" for f in judged]
         lines.append("")
+    if fresh:
+        lines += [f"{len(fresh)} entries have no baseline yet (`collsynth regress --update-baseline` records them): "
+                  + ", ".join(f"`{key}`" for key in fresh), ""]
     if result.shapes:
         lines += ["## Expected shape", "", "| case | claim | holds | detail |", "|---|---|---|---|"]
         lines += [f"| {c.case} | {c.claim} | {'yes' if c.passed else '**no**'} | {c.detail} |" for c in result.shapes]
