@@ -139,8 +139,17 @@ class _Lowering:
                         heapq.heappush(ready, w)
             if len(order) == len(planned):
                 return [planned[k] for k in order]
-            # Stage the source of one op on a cycle: later ops read the staged copy instead.
-            k = next(k for k in range(len(planned)) if indegree[k] > 0)
+            # Stage the source of one op ON a cycle (ops left over may only sit downstream of one): walk
+            # back along "must precede" edges until an op repeats. Staging removes its outgoing edges.
+            before: dict[int, int] = {}
+            for a in range(len(planned)):
+                for w in after[a]:
+                    if indegree[w] > 0 and indegree[a] > 0:
+                        before.setdefault(w, a)
+            k, seen = next(k for k in range(len(planned)) if indegree[k] > 0), set()
+            while k not in seen:
+                seen.add(k)
+                k = before[k]
             send, src, dst = planned[k]
             staged = self._new_scratch(send.src)
             self._copy(send.src, src, send.src, staged)

@@ -111,3 +111,19 @@ def test_lowered_program_compiles_and_passes_interpreter(name, instances):
     ir = compiler.compile_program(program)
     result = execute(ir, backend="cpu", nbytes=4096 * 3 * instances)
     assert result.passed, result.message
+
+
+def test_swap_cycles_with_ops_downstream_of_them_terminate():
+    """SMT AllReduce (1,2,8) on dgx1: in-step read/write cycles with other ops queued behind them. Staging
+    must break an op on a cycle, not one downstream of it (that looped forever)."""
+    from pathlib import Path
+
+    algo = Algorithm.load(Path(__file__).parent / "data" / "dgx1-allreduce-c1s2r8.json")
+    verify(algo)
+    compiler = pytest.importorskip("collsynth.compiler")
+    from collsynth.runtime import execute
+
+    for inplace in (False, True):
+        program = lower_to_program(algo, inplace=inplace)
+        result = execute(compiler.compile_program(program), backend="cpu", nbytes=8 * 4 * 1024)
+        assert result.passed, result.message
