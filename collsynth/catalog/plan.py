@@ -428,7 +428,7 @@ def _typed(value: Any, types: tuple[type, ...], label: str, where: str, *, requi
         if required:
             raise PlanError(f"{where}'{label}' is missing")
         return None
-    if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+    if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
         names = " or ".join("number" if t is float else {int: "integer", str: "string"}.get(t, t.__name__)
                             for t in types)
         raise PlanError(f"{where}'{label}' must be a {names}, got {value!r}")

@@ -232,9 +232,9 @@ def test_ctrl_c_in_a_parallel_build_stops_workers(tmp_path: Path) -> None:
 
 
 def test_milp_synthesizer_entry(tmp_path: Path) -> None:
-    sketch = Path("/work/shared/examples/taccl/sketch/sk1-ndv2-n1.json")
-    if not sketch.is_file():
-        pytest.skip("TACCL example sketches not available")
+    import collsynth.regress
+
+    sketch = Path(collsynth.regress.__file__).parent / "ndv2-2node-relay.json"
     text = f"""
 sizes = "64KB:4MB"
 size_factor = 8
@@ -246,7 +246,7 @@ size = "1MB"
 solver = "highs"
 time_limit_s = 30
 [[targets]]
-topology = "ndv2"
+topology = "2xndv2"
 collectives = ["allgather"]
 library = false
 """
