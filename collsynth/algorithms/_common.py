@@ -11,8 +11,8 @@ from typing import Any
 
 from collsynth.collectives.spec import Collective
 from collsynth.errors import CollsynthError
-from collsynth.ir import MAX_COUNT
 from collsynth.language.builder import ProgramBuilder
+from collsynth.limits import MAX_COUNT
 from collsynth.topologies.model import Topology
 
 PROTOCOLS = ("Simple", "LL", "LL128")

@@ -107,19 +107,25 @@ def hierarchical_allreduce(topology: Topology, *, num_nodes: int | None = None, 
     return b.build()
 
 
-def two_step_alltoall(topology: Topology, *, num_nodes: int | None = None, chunks: int = 1, instances: int = 1,
-                      protocol: str = "Simple", inplace: bool = False) -> Program:
-    """AllToAll in two steps: gather on the GPU with the destination's local index, then one inter-node
-    transfer per (GPU, remote node)."""
-    name = "two_step_alltoall"
+def _multi_node_alltoall(name: str, topology: Topology, num_nodes: int | None, chunks: int, instances: int,
+                         protocol: str, inplace: bool) -> tuple:
+    """The checks and builder the multi-node AllToAll programs share: (node layout, builder)."""
     check_common(name, topology, instances=instances, protocol=protocol, chunks=chunks)
     refuse_inplace(name, inplace, "a receiver's output slot still holds data it must forward")
     layout = node_layout(name, topology, num_nodes)
     require_multi_node(name, layout)
     require_contiguous_nodes(name, layout)
-    nodes, gpus = len(layout), len(layout[0])
     coll = make_collective("alltoall", topology.num_ranks, chunks)
-    b = new_builder(name, topology, coll, instances=instances, protocol=protocol)
+    return layout, new_builder(name, topology, coll, instances=instances, protocol=protocol)
+
+
+def two_step_alltoall(topology: Topology, *, num_nodes: int | None = None, chunks: int = 1, instances: int = 1,
+                      protocol: str = "Simple", inplace: bool = False) -> Program:
+    """AllToAll in two steps: gather on the GPU with the destination's local index, then one inter-node
+    transfer per (GPU, remote node)."""
+    name = "two_step_alltoall"
+    layout, b = _multi_node_alltoall(name, topology, num_nodes, chunks, instances, protocol, inplace)
+    nodes, gpus = len(layout), len(layout[0])
 
     def gather_buffer(remote: int) -> str:
         return f"to_node{remote}"
@@ -160,14 +166,8 @@ def three_step_alltoall(topology: Topology, *, num_nodes: int | None = None, chu
     """AllToAll in three steps: gather on a gateway GPU per node pair, one bulk inter-node transfer,
     scatter on the receiving node."""
     name = "three_step_alltoall"
-    check_common(name, topology, instances=instances, protocol=protocol, chunks=chunks)
-    refuse_inplace(name, inplace, "a receiver's output slot still holds data it must forward")
-    layout = node_layout(name, topology, num_nodes)
-    require_multi_node(name, layout)
-    require_contiguous_nodes(name, layout)
+    layout, b = _multi_node_alltoall(name, topology, num_nodes, chunks, instances, protocol, inplace)
     nodes, gpus = len(layout), len(layout[0])
-    coll = make_collective("alltoall", topology.num_ranks, chunks)
-    b = new_builder(name, topology, coll, instances=instances, protocol=protocol)
     per_src = gpus * chunks  # what one GPU sends to one remote node, contiguous in its input
 
     def bulk(src_node: int, dst_node: int) -> str:

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from collsynth.limits import MAX_CHANNELS, MAX_COUNT, MAX_STEPS_PER_TB  # noqa: F401  (re-exported)
+
 # MSCCL-IR step types.
 SEND = "s"
 RECV = "r"
@@ -39,10 +41,7 @@ REDUCING_TYPES = frozenset({RECV_REDUCE_SEND, RECV_REDUCE_COPY, RECV_REDUCE_COPY
 BUFFERS = ("i", "o", "s")
 PROTOCOLS = ("Simple", "LL", "LL128")
 
-# MSCCL runtime limits (checked by the compiler before anything is emitted).
-MAX_STEPS_PER_TB = 256
-MAX_COUNT = 71
-MAX_CHANNELS = 32
+# MSCCL runtime limits (checked by the compiler before anything is emitted) live in collsynth.limits.
 
 
 @dataclass(frozen=True)
