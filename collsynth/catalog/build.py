@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,6 +33,7 @@ from collsynth.catalog.isolate import new_pool, stop_pool
 from collsynth.catalog.plan import DEFAULT_ITEM_TIMEOUT_S, Plan, WorkItem, expand_plan
 from collsynth.catalog.results import ItemResult
 from collsynth.catalog.store import load_xml_text
+from collsynth.errors import CollsynthError
 
 DEFAULT_STALE_AFTER_S = 6 * 3600.0
 
@@ -212,12 +213,37 @@ def _run_parallel(pending: Sequence[WorkItem], jobs: int, claim: Callable[[WorkI
     running: dict[Future[ItemResult], tuple[WorkItem, float]] = {}
     breaks: dict[str, int] = {}
     executor = new_pool(jobs)
+
+    def restart_pool() -> ProcessPoolExecutor:
+        for item, _ in running.values():
+            breaks.setdefault(item.key, 0)  # resubmit without claiming again
+            resubmit.append(item)
+        running.clear()
+        stop_pool(executor)
+        return new_pool(jobs)
+
+    failed_submits = 0
     try:
         while queue or resubmit or running:
+            submit_failed = False
             while (queue or resubmit) and len(running) < jobs:
                 item = resubmit.pop() if resubmit else queue.pop()
                 if item.key in breaks or claim(item):  # resubmitted items are still claimed by this builder
-                    running[executor.submit(run_item, item)] = (item, time.monotonic())
+                    try:
+                        running[executor.submit(run_item, item)] = (item, time.monotonic())
+                    except (BrokenProcessPool, OSError, RuntimeError):
+                        # a worker died while we were submitting (the pool may already be closing)
+                        breaks.setdefault(item.key, 0)
+                        resubmit.append(item)
+                        submit_failed = True
+                        break
+            if submit_failed:
+                failed_submits += 1
+                if failed_submits > 3:
+                    raise CollsynthError("the worker pool fails to start; retry with --jobs 1")
+                executor = restart_pool()
+                continue
+            failed_submits = 0
             if not running:
                 continue
             deadline = min(started for _, started in running.values()) + timeout_s
@@ -243,12 +269,7 @@ def _run_parallel(pending: Sequence[WorkItem], jobs: int, claim: Callable[[WorkI
                 for future in expired:
                     item, _ = running.pop(future)
                     record(item, _timed_out(item, timeout_s))
-                for item, _ in running.values():
-                    breaks.setdefault(item.key, 0)  # resubmit without claiming again
-                    resubmit.append(item)
-                running.clear()
-                stop_pool(executor)
-                executor = new_pool(jobs)
+                executor = restart_pool()
     except BaseException:
         stop_pool(executor)
         raise
