@@ -20,10 +20,24 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     os.close(fd)
     try:
         yield Path(tmp)
+        # mkstemp creates 0600; give the file the mode a plain open() would (0666 less the umask)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    try:  # Linux reports it without changing it (os.umask would, briefly, for every thread)
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> Path:
