@@ -6,7 +6,9 @@ at once. The answer is checked here rather than trusted:
 - PuLP reports a time-limited HiGHS run as "Optimal", so HiGHS is driven through highspy, whose model
   status, primal solution status and dual bound are read directly;
 - CBC without a solution returns junk values, so every returned point is checked against the rows,
-  bounds and integrality before it is used, and CBC's log is read for its proven bound.
+  bounds and integrality before it is used, and CBC's log is read for its proven bound;
+- CBC overruns its own time limit in its root node on large models, so its process is stopped here
+  (SIGINT, then SIGKILL) shortly after the limit (see `_run_cbc`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from __future__ import annotations
 import math
 import os
 import re
+import shutil
+import signal
+import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
@@ -296,15 +301,17 @@ class MilpModel:
             for var, val in zip(variables, warm, strict=True):
                 var.setInitialValue(float(round(val)) if var.cat == pulp.LpInteger else float(val))
         with tempfile.TemporaryDirectory(prefix="collsynth-cbc-") as tmp:
-            log_path = os.path.join(tmp, "cbc.log")
             cmd = _cbc_command(pulp, msg=False, timeLimit=time_limit, gapRel=gap, warmStart=warm is not None,
-                               threads=1, logPath=log_path, keepFiles=False)
-            cmd.tmpDir = tmp  # PuLP's scratch .mps/.sol/.mst files go here, not into the working directory
+                               threads=1, keepFiles=False)
             try:
-                prob.solve(cmd)
+                run = _run_cbc(pulp, cmd, prob, tmp, time_limit)
             except pulp.PulpSolverError as exc:
                 return SolveResult("cbc", "error", None, None, 0.0, None, str(exc))
-            log = Path(log_path).read_text() if os.path.exists(log_path) else ""
+        if run.stopped_by == "killed":
+            # CBC ignored SIGINT too and wrote nothing: only a feasible warm start is left to return, with
+            # the root LP bound if the log got that far
+            status = "feasible" if warm is not None else "no_solution"
+            return SolveResult("cbc", status, None, _cbc_root_bound(run.log), 0.0, warm, run.message)
         values_list = [v.varValue for v in variables]
         values = None if any(v is None for v in values_list) else np.asarray(values_list, dtype=np.float64)
         sol = prob.sol_status
@@ -320,8 +327,93 @@ class MilpModel:
             status = "no_solution"
         if status == "no_solution":
             values = None
-        bound = _cbc_bound(log)
-        return SolveResult("cbc", status, None, bound, 0.0, values, pulp.LpStatus.get(prob.status, ""))
+        if status in ("no_solution", "feasible") and warm is not None and (
+                values is None or self.violation(values) > FEASIBILITY_TOL
+                or self.objective_value(values) > self.objective_value(warm)):
+            # stopped without a usable point better than the start we handed it: the start is still feasible
+            status, values = "feasible", warm
+        bound = _cbc_bound(run.log)
+        if bound is None and status != "optimal":
+            bound = _cbc_root_bound(run.log)
+        message = pulp.LpStatus.get(prob.status, "")
+        if run.message:
+            message = f"{message}; {run.message}" if message else run.message
+        return SolveResult("cbc", status, None, bound, 0.0, values, message)
+
+
+# CBC checks its -sec limit only between the steps of its search, and some steps of a large model's root
+# node check neither it nor SIGINT: on DGX-2 2-node AllGather (sk2, ~29k columns) the root LP took ~20 s
+# and processing the MIP start minutes more, so a 60 s limit ran 143-490 s. PuLP's COIN_CMD waits on the
+# process without a timeout, so the CBC process is run here (with the .mps/.mst files and options PuLP
+# writes, and PuLP reading the .sol back): at the limit plus CBC_STOP_GRACE it gets SIGINT, on which the
+# cbc program sets its node and time limits to zero, stops at its next check and writes its best solution
+# ("Stopped on ctrl-c"); if it has not exited CBC_KILL_GRACE later it is killed and what it found is lost.
+CBC_STOP_GRACE = 1.0
+CBC_KILL_GRACE = 5.0
+
+
+@dataclass(frozen=True)
+class _CbcRun:
+    log: str
+    stopped_by: str  # "" (finished on its own) | "interrupted" (SIGINT) | "killed" (SIGKILL)
+    message: str = ""
+
+
+def _run_cbc(pulp, cmd, prob, tmp: str, time_limit: float | None) -> _CbcRun:
+    """Solve `prob` with the CBC program of PuLP command `cmd`, enforcing `time_limit` in wall-clock time.
+
+    Mirrors COIN_CMD.solve_CBC (PuLP 2.8-3.x), whose writeMPS/writesol/readsol_MPS are used as they are;
+    only the process is started and stopped here. Raises pulp.PulpSolverError if CBC fails.
+    """
+    mps, mst, sol, log_path = (os.path.join(tmp, name) for name in ("model.mps", "start.mst", "model.sol", "cbc.log"))
+    prob.fixObjective()  # as LpProblem.solve does: a constant objective gets PuLP's dummy variable
+    vs, variable_names, constraint_names, _ = prob.writeMPS(mps, rename=1)
+    args = [cmd.path, mps]
+    if cmd.optionsDict.get("warmStart", False):
+        cmd.writesol(mst, prob, vs, variable_names, constraint_names)
+        args += ["-mips", mst]
+    if time_limit is not None:
+        args += ["-sec", str(time_limit)]
+    for option in list(cmd.options) + cmd.getOptions():
+        args += ("-" + option).split()
+    args += ["-solve", "-printingOptions", "all", "-solution", sol]
+    # line-buffered output (glibc's stdbuf) so that the log of a killed CBC is complete up to the kill
+    stdbuf = shutil.which("stdbuf")
+    if stdbuf is not None:
+        args = [stdbuf, "-oL", *args]
+    stopped_by = ""
+    with open(log_path, "w") as log_file:
+        # own session: a Ctrl-C at the terminal reaches only us, and the finally below stops CBC
+        proc = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        try:
+            try:
+                proc.wait(timeout=None if time_limit is None else time_limit + CBC_STOP_GRACE)
+            except subprocess.TimeoutExpired:
+                stopped_by = "interrupted"
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(timeout=CBC_KILL_GRACE)
+                except subprocess.TimeoutExpired:
+                    stopped_by = "killed"
+                    proc.kill()
+                    proc.wait()
+        finally:
+            if proc.poll() is None:  # we are being interrupted or failed: never leave CBC running
+                proc.kill()
+                proc.wait()
+    log = Path(log_path).read_text(errors="replace")
+    if stopped_by == "killed":
+        return _CbcRun(log, stopped_by, f"CBC did not stop within {CBC_STOP_GRACE + CBC_KILL_GRACE:g} s of its "
+                                        f"{time_limit:g} s time limit and was killed")
+    if proc.returncode != 0 or not os.path.exists(sol):
+        tail = " | ".join(log.strip().splitlines()[-3:])
+        raise pulp.PulpSolverError(f"CBC failed (exit code {proc.returncode}): {tail}")
+    status, values, _, _, _, sol_status = cmd.readsol_MPS(sol, prob, vs, variable_names, constraint_names)
+    prob.assignVarsVals(values)
+    prob.assignStatus(status, sol_status)
+    message = "" if not stopped_by else f"CBC overran its {time_limit:g} s time limit and was stopped with SIGINT"
+    return _CbcRun(log, stopped_by, message)
 
 
 def _cbc_command(pulp, **options):
@@ -354,6 +446,7 @@ def _merge_terms(terms: list[tuple[object, float]]) -> list[tuple[object, float]
 
 
 _BOUND_RE = re.compile(r"^(?:Lower bound|Best possible)\s*:?\s*(-?[0-9.eE+\-]+)", re.MULTILINE)
+_ROOT_LP_RE = re.compile(r"^Continuous objective value is\s+(-?[0-9.eE+\-]+)", re.MULTILINE)
 
 
 def _cbc_bound(log: str) -> float | None:
@@ -365,6 +458,16 @@ def _cbc_bound(log: str) -> float | None:
         except ValueError:
             continue
     return None
+
+
+def _cbc_root_bound(log: str) -> float | None:
+    """The value of the LP relaxation CBC solves first (before preprocessing and search), if it got there:
+    a valid bound when CBC was stopped before printing its summary."""
+    found = _ROOT_LP_RE.findall(log)
+    try:
+        return float(found[0]) if found else None
+    except ValueError:
+        return None
 
 
 def _safe_name(name: str) -> str:
