@@ -7,9 +7,13 @@ Semantics (the MSCCL runtime's, see collsynth/emit/msccl_xml.py for the sources)
 * each threadblock runs its steps in order; a step with a dependency (depid, deps) waits until
   threadblock `depid` of its rank has published step >= `deps`; a threadblock publishes the number of
   each finished non-nop step marked hasdep (a nop only waits);
-* a reducing step adds, element by element and in one addition, the received value and the local
-  operand (`re`: dst + src), so the order of additions is the order of the steps. Generated inputs make
-  every sum exact; this is also the rule the CUDA backend follows to be bit-identical.
+* a reducing step combines, element by element and in one operation, the received value and the local
+  operand (`received OP local`; `re`: dst OP src) with the run's reduction op (sum, prod, max, min, as
+  NCCL's redop: MSCCL-IR does not name it), so the order of operations is the order of the steps. Half
+  types are computed in float32 and rounded once per step, int32 sum/prod wrap (numerics.py); this is
+  the rule the CUDA kernel and its numpy model (cuda/emulate.py) follow, so all three agree bit for bit.
+  Generated inputs make every reduction exact (layout.make_inputs), so the postcondition is checked
+  exactly; bfloat16 buffers hold uint16 bits.
 
 Scheduling is event driven: a threadblock runs until it blocks, registering what it waits for (a
 message on one connection, room on one connection when `fifo_capacity` is set, a flag of one
@@ -59,8 +63,8 @@ from collsynth.runtime.layout import (
     layout_problem,
     make_inputs,
     plan_layout,
-    resolve_dtype,
 )
+from collsynth.runtime.numerics import NumberFormat, number_format, reducer, reducer_into, reduction_op, to_storage
 from collsynth.runtime.result import (
     DEADLOCK,
     LAYOUT,
@@ -76,18 +80,22 @@ MAX_REPORTED = 20  # stuck threadblocks / leftover messages named in `details`
 
 def execute_cpu(ir: Algo, nbytes: int | None = None, dtype: str = "float32", seed: int = 0,
                 collective: Collective | None = None, inputs: Sequence[np.ndarray] | None = None, *,
-                root: int | None = None, postcondition: bool = True, tile_bytes: int | None = None,
+                op: str = "sum", root: int | None = None, postcondition: bool = True, tile_bytes: int | None = None,
                 tile_by_tile: bool = False, fifo_capacity: int | None = None) -> ExecutionResult:
     """Run `ir` on every rank's buffers and check the collective's postcondition.
 
     nbytes: per-rank input buffer size (default: 1024 elements per chunk); dtype: float32, float16,
-    float64 or int32; inputs: per-rank input buffers (flat or (chunks, elems)) instead of random ones;
-    collective: the postcondition (default: rebuilt from the IR, see layout.collective_for); root: the
-    root of a rooted collective if it cannot be inferred; postcondition=False only runs the program.
+    bfloat16, float64 or int32 (aliases such as bf16, fp16 too); op: the reduction operator, sum, prod,
+    max or min; inputs: per-rank input buffers (flat or (chunks, elems)) instead of random ones (bfloat16:
+    float numbers, rounded to bfloat16, or uint16 bits); collective: the postcondition (default: rebuilt
+    from the IR, see layout.collective_for); root: the root of a rooted collective if it cannot be
+    inferred; postcondition=False only runs the program.
     Raises IRError for a malformed IR and ExecutionError for an impossible request; everything the
     program does wrong is a FAIL result."""
     validate(ir)
-    np_dtype = resolve_dtype(dtype)
+    fmt = number_format(dtype)
+    op = reduction_op(op)
+    np_dtype = fmt.storage
     if fifo_capacity is not None and fifo_capacity < 1:
         raise ExecutionError(f"fifo_capacity={fifo_capacity}: a connection must hold at least one message")
     try:
@@ -96,12 +104,14 @@ def execute_cpu(ir: Algo, nbytes: int | None = None, dtype: str = "float32", see
         if postcondition:
             raise
         coll = None
-    if inputs is not None and nbytes is None:
-        nbytes = input_nbytes(inputs, np_dtype)
-    layout = plan_layout(ir, coll, nbytes, np_dtype, tile_bytes)
-    start_inputs = coerce_inputs(layout, np_dtype, inputs) if inputs is not None else make_inputs(layout, np_dtype,
-                                                                                                 seed)
-    report = _Report(ir, coll, layout, np_dtype, start_inputs)
+    if inputs is not None:
+        inputs = [to_storage(fmt, x) for x in inputs]
+        if nbytes is None:
+            nbytes = input_nbytes(inputs, np_dtype)
+    layout = plan_layout(ir, coll, nbytes, fmt, tile_bytes)
+    start_inputs = coerce_inputs(layout, np_dtype, inputs) if inputs is not None else make_inputs(layout, fmt, seed,
+                                                                                                 op)
+    report = _Report(ir, coll, layout, fmt, op, start_inputs)
     problem = layout_problem(ir, layout)
     if problem:
         return report.result(False, LAYOUT, problem)
@@ -111,7 +121,7 @@ def execute_cpu(ir: Algo, nbytes: int | None = None, dtype: str = "float32", see
         steps_run = 0
         written: list[np.ndarray] = []
         for lo, hi in _tile_ranges(layout, tile_by_tile):
-            programs, labels, written = _compile(ir, memory, lo, hi)
+            programs, labels, written = _compile(ir, memory, lo, hi, fmt, op)
             steps_run += _run(ir, programs, labels, fifo_capacity)
     except _Failure as failure:
         report.seconds = time.perf_counter() - started
@@ -123,8 +133,8 @@ def execute_cpu(ir: Algo, nbytes: int | None = None, dtype: str = "float32", see
     if not postcondition or coll is None:
         return report.result(True, None, f"ran {steps_run} steps to completion (postcondition not checked)")
     outcome = check_outputs(coll, start_inputs, [out.reshape(layout.output_chunks, -1) for out in report.outputs],
-                            exact=inputs is None or np_dtype.kind == "i",
-                            written=memory.output_written(written))
+                            exact=inputs is None or not fmt.is_float, written=memory.output_written(written),
+                            op=op, dtype=fmt)
     report.max_error = outcome.max_error
     if not outcome.passed:
         return report.result(False, MISMATCH, outcome.message, outcome.details)
@@ -140,9 +150,9 @@ class _Failure(Exception):
 class _Report:
     """Collects what the result needs while the run goes on."""
 
-    def __init__(self, ir: Algo, coll: Collective | None, layout: BufferLayout, dtype: np.dtype,
+    def __init__(self, ir: Algo, coll: Collective | None, layout: BufferLayout, fmt: NumberFormat, op: str,
                  inputs: list[np.ndarray]) -> None:
-        self.ir, self.coll, self.layout, self.dtype, self.inputs = ir, coll, layout, dtype, inputs
+        self.ir, self.coll, self.layout, self.fmt, self.op, self.inputs = ir, coll, layout, fmt, op, inputs
         self.seconds = 0.0
         self.outputs: tuple[np.ndarray, ...] = ()
         self.steps_run = 0
@@ -153,10 +163,11 @@ class _Report:
         name = display_name(self.coll.name) if self.coll else self.ir.collective
         return ExecutionResult(
             passed=passed, message=message, collective=name, ngpus=self.ir.ngpus,
-            nbytes=layout.input_chunks * layout.chunk_elems * self.dtype.itemsize, dtype=self.dtype.name,
+            nbytes=layout.input_chunks * layout.chunk_elems * self.fmt.itemsize, dtype=self.fmt.name,
             backend="cpu", seconds=self.seconds, outputs=self.outputs,
             inputs=tuple(x.reshape(-1) for x in self.inputs), failure=failure, details=tuple(details),
-            chunk_elems=layout.chunk_elems, tiles=layout.tiles, steps_run=self.steps_run, max_error=self.max_error)
+            chunk_elems=layout.chunk_elems, tiles=layout.tiles, steps_run=self.steps_run, max_error=self.max_error,
+            op=self.op)
 
 
 # --- memory -------------------------------------------------------------------------------------------
@@ -222,11 +233,15 @@ class _Op:
     """One step bound to the buffer views it touches (slots: this runs in the inner loop)."""
 
     __slots__ = ("type", "s", "cnt", "label", "src", "src_written", "dst", "dst_written", "recv_key", "send_key",
-                 "dep_tb", "dep_step", "publishes")
+                 "dep_tb", "dep_step", "publishes", "reduce", "reduce_into", "reduce_verb")
 
 
-def _compile(ir: Algo, memory: _Memory, lo: int, hi: int) -> tuple[list[list[_Op]], list[str], list[list[np.ndarray]]]:
-    """Per global threadblock, its steps bound to views of columns [lo, hi) of every chunk."""
+def _compile(ir: Algo, memory: _Memory, lo: int, hi: int, fmt: NumberFormat, reduce_op: str,
+             ) -> tuple[list[list[_Op]], list[str], list[list[np.ndarray]]]:
+    """Per global threadblock, its steps bound to views of columns [lo, hi) of every chunk; reducing steps
+    combine with `reduce(received, local)` (or `reduce_into(received, local, out)`) of the format and op."""
+    reduce, reduce_into = reducer(fmt, reduce_op), reducer_into(fmt, reduce_op)
+    verb = _REDUCE_VERBS[reduce_op]
     first_tb = [0]
     for gpu in ir.gpus:
         first_tb.append(first_tb[-1] + len(gpu.tbs))
@@ -255,6 +270,7 @@ def _compile(ir: Algo, memory: _Memory, lo: int, hi: int) -> tuple[list[list[_Op
                 op.dep_tb = first_tb[rank] + step.depid if step.depid >= 0 else -1
                 op.dep_step = step.deps
                 op.publishes = step.hasdep and step.type != NOP
+                op.reduce, op.reduce_into, op.reduce_verb = reduce, reduce_into, verb
                 program.append(op)
             programs.append(program)
     return programs, labels, written
@@ -270,6 +286,8 @@ def _bind(memory: _Memory, views: list[np.ndarray], written: list[np.ndarray], r
 
 
 _BUFFER_NAMES = {"i": "input", "o": "output", "s": "scratch"}
+_REDUCE_VERBS = {"sum": "adds into", "prod": "multiplies into", "max": "takes the maximum into",
+                 "min": "takes the minimum into"}
 
 
 # --- running -----------------------------------------------------------------------------------------
@@ -352,13 +370,13 @@ def _apply(op: _Op, message: np.ndarray | None) -> np.ndarray | None:
         op.dst_written[...] = True
         return message if kind == RECV_COPY_SEND else None
     if kind == RECV_REDUCE_SEND:
-        return message + op.src
+        return op.reduce(message, op.src)
     if kind == RECV_REDUCE_COPY:
-        np.add(message, op.src, out=op.dst)
+        op.reduce_into(message, op.src, op.dst)
         op.dst_written[...] = True
         return None
     if kind == RECV_REDUCE_COPY_SEND:
-        total = message + op.src
+        total = op.reduce(message, op.src)
         op.dst[...] = total
         op.dst_written[...] = True
         return total
@@ -368,8 +386,8 @@ def _apply(op: _Op, message: np.ndarray | None) -> np.ndarray | None:
         return None
     if kind == REDUCE:
         if not op.dst_written.all():
-            raise _Failure(UNWRITTEN_READ, _unwritten(op, op.dst_written, "adds into"))
-        np.add(op.dst, op.src, out=op.dst)
+            raise _Failure(UNWRITTEN_READ, _unwritten(op, op.dst_written, op.reduce_verb))
+        op.reduce_into(op.dst, op.src, op.dst)
         return None
     return None  # nop: only waits
 

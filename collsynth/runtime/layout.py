@@ -26,25 +26,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from collsynth.collectives.spec import STANDARD, Collective, canonical_name, custom_collective, make_collective
-from collsynth.errors import CollsynthError
 from collsynth.ir import RECEIVING_TYPES, SENDING_TYPES, Algo
+from collsynth.runtime.numerics import NumberFormat, exact_inputs, exact_product_inputs, number_format, reduction_op
+from collsynth.runtime.result import ExecutionError
 
-DTYPES = {"float32": np.float32, "float16": np.float16, "float64": np.float64, "int32": np.int32}
 DEFAULT_TILE_BYTES = {"Simple": 2 << 20, "LL": 32 << 10, "LL128": 560 << 10}
 DEFAULT_CHUNK_ELEMS = 1024  # when no size is given
 
 
-class ExecutionError(CollsynthError):
-    """A request the backends cannot run (bad size, dtype, missing collective); the message says the fix."""
-
-
 def resolve_dtype(dtype: str | np.dtype | type) -> np.dtype:
-    """`'float32'` (or a numpy dtype) -> np.dtype; only the dtypes the interpreters support."""
-    name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype.lower()
-    if name not in DTYPES:
-        hint = " (numpy has no bfloat16; the CPU interpreter checks float16 instead)" if "bf" in name else ""
-        raise ExecutionError(f"dtype {dtype!r} is not supported{hint}; use one of {', '.join(DTYPES)}")
-    return np.dtype(DTYPES[name])
+    """`'float32'` (or a numpy dtype) -> the numpy dtype of its stored bits (bfloat16: uint16); only the dtypes
+    the interpreters support (collsynth.runtime.numerics.FORMATS)."""
+    return number_format(dtype).storage
 
 
 # --- which collective an IR computes ----------------------------------------------------------------
@@ -155,9 +148,10 @@ class BufferLayout:
                 f"elements, {self.tiles} tile(s) of {self.tile_elems}")
 
 
-def plan_layout(ir: Algo, collective: Collective | None, nbytes: int | None, dtype: np.dtype,
+def plan_layout(ir: Algo, collective: Collective | None, nbytes: int | None, dtype: np.dtype | NumberFormat,
                 tile_bytes: int | None = None) -> BufferLayout:
-    """Chunk size from the per-rank input size; buffer sizes from the collective (or the IR without one)."""
+    """Chunk size from the per-rank input size; buffer sizes from the collective (or the IR without one).
+    `dtype`: anything with an `itemsize` and a `name` (a numpy dtype or a NumberFormat)."""
     in_chunks = collective.input_chunks if collective else max(gpu.i_chunks for gpu in ir.gpus)
     out_chunks = collective.output_chunks if collective else max(gpu.o_chunks for gpu in ir.gpus)
     if in_chunks < 1:
@@ -191,24 +185,33 @@ def layout_problem(ir: Algo, layout: BufferLayout) -> str | None:
 
 # --- inputs ------------------------------------------------------------------------------------------
 
-def make_inputs(layout: BufferLayout, dtype: np.dtype, seed: int = 0) -> list[np.ndarray]:
-    """Random per-rank inputs of shape (input_chunks, chunk_elems).
+def make_inputs(layout: BufferLayout, dtype: np.dtype | NumberFormat | str, seed: int = 0,
+                op: str = "sum") -> list[np.ndarray]:
+    """Random per-rank inputs of shape (input_chunks, chunk_elems), as stored bits (bfloat16: uint16).
 
     Values are small multiples of a power of two, so every sum of up to `ngpus` of them is exact in any
-    order: reductions can be compared bit-exactly whatever order an algorithm adds in."""
-    rng = np.random.default_rng(seed)
+    order: reductions can be compared bit-exactly whatever order an algorithm adds in. For op="prod" on a
+    float type they are short-mantissa values whose products are exact (numerics.exact_product_inputs);
+    max and min are exact on any inputs. int32 values are small integers (sum and prod wrap modulo 2**32
+    on every backend, which is exact in any order too)."""
+    fmt = number_format(dtype)
     shape = (layout.input_chunks, layout.chunk_elems)
     n = max(1, layout.ngpus)
-    if dtype.kind == "i":
-        return [rng.integers(-1000, 1001, size=shape, dtype=np.int32).astype(dtype) for _ in range(n)]
-    mantissa = np.finfo(dtype).nmant + 1
+    if fmt.is_float and reduction_op(op) == "prod":
+        return exact_product_inputs(fmt, n, shape, seed)
+    if fmt.name == "bfloat16":
+        return exact_inputs(fmt, n, shape, seed)
+    rng = np.random.default_rng(seed)
+    storage = fmt.storage
+    if not fmt.is_float:
+        return [rng.integers(-1000, 1001, size=shape, dtype=np.int32).astype(storage) for _ in range(n)]
     # |value| <= 2^(bits) * 2^-scale, and n values sum below 2^mantissa units of 2^-scale: exact.
-    bits = max(1, min(12, mantissa - 1 - int(np.ceil(np.log2(n)))))
+    bits = max(1, min(12, fmt.mantissa - 1 - int(np.ceil(np.log2(n)))))
     scale = 2.0 ** -min(6, bits)
     result = []
     for _ in range(n):
-        values = rng.integers(-(1 << bits), (1 << bits) + 1, size=shape, dtype=np.int32).astype(dtype)
-        values *= dtype.type(scale)
+        values = rng.integers(-(1 << bits), (1 << bits) + 1, size=shape, dtype=np.int32).astype(storage)
+        values *= storage.type(scale)
         result.append(values)
     return result
 

@@ -1,10 +1,10 @@
 """A numpy model of the CUDA interpreter kernel: it executes a FlatProgram the way the kernel does.
 
 Same arrays, same tile loop, same bounded FIFO slots, same head/tail and progress counters, same
-reduction arithmetic; blocks are scheduled cooperatively instead of in parallel (a block runs until it
-would spin). It is the CPU-side check of the flattening and of the kernel's protocol (tests compare it
-with the CPU reference interpreter), and the bit-exact reference for the dtypes and reduction ops the
-CPU interpreter does not offer (bfloat16; prod/max/min).
+reduction arithmetic (collsynth.runtime.numerics, shared with the CPU interpreter); blocks are scheduled
+cooperatively instead of in parallel (a block runs until it would spin). It is the CPU-side check of the
+flattening and of the kernel's protocol (tests compare it with the CPU reference interpreter bit for bit,
+for every dtype and reduction op).
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ from collsynth.runtime.cuda.flatten import (
     CudaBackendError,
     FlatProgram,
 )
-from collsynth.runtime.cuda.numerics import ElementType, reducer
+from collsynth.runtime.cuda.numerics import ElementType
+from collsynth.runtime.numerics import reducer
 
 
 class DeadlockError(CudaBackendError):
