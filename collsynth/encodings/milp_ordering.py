@@ -360,3 +360,62 @@ def relist_with_groups(problem: ScheduleProblem, orders: Orders,
     expanded = Orders(MappingProxyType({arc: expand(seq) for arc, seq in merged_orders.links.items()}),
                       tuple(expand(seq) for seq in merged_orders.resources), orders.joins)
     return expanded, evaluate(problem, expanded)
+
+
+def _compositions(n: int, most: int):
+    """Ways to cut a sequence of n into consecutive groups of at most `most` (as group sizes)."""
+    if n == 0:
+        yield ()
+        return
+    for first in range(1, min(most, n) + 1):
+        for rest in _compositions(n - first, most):
+            yield (first,) + rest
+
+
+def pattern_joins(problem: ScheduleProblem, orders: Orders, *, longest: int = 10, keep: int = 4,
+                  rules: tuple[str, ...] = RULES) -> tuple[Orders, Timing]:
+    """Try every way of cutting the inter-node links' sequences into groups (the same group sizes on every
+    link with as many transfers, as symmetric links have), for sequences of at most `longest`; the `keep`
+    best are list-scheduled again around their groups. Returns the best orders found (maybe `orders`)."""
+    best_orders, best = orders, evaluate(problem, orders)
+    if problem.max_together < 2:
+        return best_orders, best
+    by_length: dict[int, list[Arc]] = {}
+    for arc, seq in orders.links.items():
+        if arc in problem.groupable and 1 < len(seq) <= longest:
+            by_length.setdefault(len(seq), []).append(arc)
+    if not by_length:
+        return best_orders, best
+    budgets = problem.resources_of
+    position = [{t: i for i, t in enumerate(seq)} for seq in orders.resources]
+    tried: list[tuple[float, int, Orders]] = []
+    for n, arcs in sorted(by_length.items()):
+        for sizes in _compositions(n, problem.max_together):
+            joins = set(orders.joins) - {t for a in arcs for t in orders.links[a]}
+            for a in arcs:
+                seq, pos = orders.links[a], 0
+                for size in sizes:
+                    joins.update(seq[pos + 1:pos + size])
+                    pos += size
+            # a join needs its pair consecutive on every budget of the link too, and independent
+            if any(prev in problem.transfers[nxt].deps or
+                   any(position[r].get(nxt, -9) != position[r].get(prev, -9) + 1 for r in budgets.get(a, ()))
+                   for a in arcs for prev, nxt in zip(orders.links[a], orders.links[a][1:], strict=False)
+                   if nxt in joins):
+                continue
+            trial = replace(orders, joins=frozenset(joins))
+            try:
+                timing = evaluate(problem, trial)
+            except ScheduleError:
+                continue
+            tried.append((round(timing.makespan, 9), len(tried), trial))
+    for makespan, _, trial in sorted(tried)[:keep]:
+        if makespan < best.makespan - 1e-9:
+            best_orders, best = trial, evaluate(problem, trial)
+        try:
+            again, timing = relist_with_groups(problem, trial, rules)
+        except ScheduleError:
+            continue
+        if timing.makespan < best.makespan - 1e-9:
+            best_orders, best = again, timing
+    return best_orders, best

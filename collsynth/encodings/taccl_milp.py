@@ -85,7 +85,7 @@ def ring_links(inst: RoutingInstance) -> frozenset[Arc]:
 
 
 def heuristic_routes(inst: RoutingInstance, prefer: frozenset[Arc] | None = None, *,
-                     congestion: bool = False, min_hops: bool = False) -> tuple[Routes, bool]:
+                     congestion: bool = False, min_hops: bool = False, fanout: bool = False) -> tuple[Routes, bool]:
     """Greedy trees, one chunk per symmetry orbit at a time, mapped onto the rest of the orbit.
 
     Each tree is a shortest-time tree. Without `congestion` a link costs its transfer time (ties go to
@@ -93,6 +93,9 @@ def heuristic_routes(inst: RoutingInstance, prefer: frozenset[Arc] | None = None
     settled links) put on it and on its switch ports/NICs, so later chunks avoid crowded links. With
     `prefer`, links of the sketch's few-connections switches are used only if they are in `prefer`
     (when that still reaches every target). With `min_hops`, chunks move along minimum-hop paths only.
+    With `fanout`, each tree is instead a greedy broadcast that counts its own sends one at a time on
+    every link and budget (a rank behind one switch port informs one rank per transfer time, so a
+    chunk that reaches a node late spreads there by doubling rather than from one rank to all).
     Returns (routes, symmetric): whether the routes respect the sketch's symmetry (so they can
     warm-start the routing MILP)."""
     sym = inst.symmetry
@@ -104,7 +107,9 @@ def heuristic_routes(inst: RoutingInstance, prefer: frozenset[Arc] | None = None
             continue
         tree = None
         hops = set(inst.chunks[c].hop_arcs) if min_hops else None
-        if prefer is not None:
+        if fanout:
+            tree = _broadcast_tree(inst, c)
+        if tree is None and prefer is not None:
             tree = _dijkstra_tree(inst, c, load, congestion, lambda a: a in prefer or a not in inst.unique_links)
         if tree is None and hops is not None:
             tree = _dijkstra_tree(inst, c, load, congestion, hops.__contains__)
@@ -183,6 +188,44 @@ def _dijkstra_tree(inst: RoutingInstance, c: int, load: Mapping, congestion: boo
                 break
             arcs.add((u, v))
             v = u
+    return tuple(sorted(arcs))
+
+
+def _broadcast_tree(inst: RoutingInstance, c: int) -> tuple[Arc, ...] | None:
+    """Greedy broadcast of chunk c: repeatedly the send that completes first, given that this chunk's own
+    earlier sends keep their links and budgets busy (ties: targets first, then lowest ranks)."""
+    routes = inst.chunks[c]
+    out: dict[int, list[Arc]] = {}
+    for a in routes.arcs:
+        out.setdefault(a[0], []).append(a)
+    targets = set(routes.targets)
+    ready = {s: 0.0 for s in routes.sources}
+    free: dict[object, float] = {}
+    parent: dict[int, int] = {}
+    while not targets <= ready.keys():
+        best = None
+        for u in sorted(ready):
+            for a in out.get(u, ()):
+                if a[1] in ready:
+                    continue
+                keys = [("link", a)] + [("budget", r) for r in inst.resources_of.get(a, ())]
+                begin = max([ready[u]] + [free.get(k, 0.0) for k in keys])
+                cand = (begin + inst.link_cost[a], a[1] not in targets, a[1], u)
+                if best is None or cand < best[0]:
+                    best = (cand, a, keys, begin)
+        if best is None:
+            return None
+        (done, _, v, u), a, keys, _ = best
+        ready[v] = done
+        parent[v] = u
+        for k in keys:
+            free[k] = done
+    arcs: set[Arc] = set()
+    for d in routes.targets:
+        v = d
+        while v not in routes.sources and (parent[v], v) not in arcs:
+            arcs.add((parent[v], v))
+            v = parent[v]
     return tuple(sorted(arcs))
 
 

@@ -4,7 +4,8 @@
 
 1. the routing MILP chooses each chunk's links (warm-started from a greedy shortest-time routing, whose
    routing objective also caps the makespan column); its optimum, or its proven bound when a time limit
-   stops it, is a lower bound on every schedule the sketch allows;
+   stops it, is a lower bound on every schedule the sketch allows; on several nodes the combinatorial
+   bounds of `encodings/milp_bounds.py` (NIC drain order, late spreading) may raise it;
 2. greedy list scheduling orders the chunks on each link and switch port (several priority rules are
    tried, the best kept); the greedy routing is scheduled too, and the better of the two routings wins;
 3. the scheduling MILP (an LP without inter-node links) computes exact times and which inter-node
@@ -28,6 +29,7 @@ from typing import Any
 
 from collsynth.collectives import Collective
 from collsynth.collectives.spec import canonical_name, make_collective
+from collsynth.encodings.milp_bounds import best_sketch_bound
 from collsynth.encodings.milp_instance import RoutingInstance, build_instance
 from collsynth.encodings.milp_model import SOLVERS, ModelSize, SolverError
 from collsynth.encodings.milp_ordering import (
@@ -42,6 +44,7 @@ from collsynth.encodings.milp_ordering import (
     evaluate,
     greedy_joins,
     orders_from_times,
+    pattern_joins,
     relist_with_groups,
 )
 from collsynth.encodings.milp_search import improve_routes
@@ -166,6 +169,7 @@ def _route_and_order(inst: RoutingInstance, solver: str, time_limit: float | Non
     started = time.perf_counter()
     greedy: list[tuple[Routes, bool]] = [heuristic_routes(inst, congestion=congestion, min_hops=hops)
                                          for congestion in (False, True) for hops in (False, True)]
+    greedy.append(heuristic_routes(inst, fanout=True))
     if inst.unique_policy == "min":
         greedy.append(heuristic_routes(inst, ring_links(inst)))
     candidates: list[_Schedule] = []
@@ -193,6 +197,13 @@ def _route_and_order(inst: RoutingInstance, solver: str, time_limit: float | Non
         note += "; no warm start (greedy routes not symmetric)"
     stages.append(StageReport("routing MILP", result.seconds + build_seconds, result.status, result.objective, lower,
                               result.gap, solver, rm.model.size(), note))
+    # what the routing MILP cannot see: NIC order, and the spread of the chunks that cross it last
+    started = time.perf_counter()
+    extra = best_sketch_bound(inst)
+    if extra is not None:
+        stages.append(StageReport("sketch bounds", time.perf_counter() - started, "bound", bound=extra.value,
+                                  note=str(extra)))
+        lower = extra.value if lower is None else max(lower, extra.value)
     if result.status in ("infeasible", "unbounded", "error"):
         raise MilpSynthesisError(f"routing MILP is {result.status} ({result.message}); the sketch may make the "
                                  "collective impossible")
@@ -254,6 +265,10 @@ def _route_and_order(inst: RoutingInstance, solver: str, time_limit: float | Non
     sign = {"min": 1, "max": -1}.get(inst.unique_policy or "", 0)
     for cand in candidates:
         orders, timing = greedy_joins(cand.problem, cand.orders)
+        patterned, pattern_timing = pattern_joins(cand.problem, cand.orders)
+        if pattern_timing.makespan < timing.makespan - 1e-9:
+            orders, timing = patterned, pattern_timing
+            cand = _Schedule(cand.problem, orders, timing, cand.routes)
         distinct = len({tr.arc for tr in cand.problem.transfers} & inst.unique_links)
         joined.append((round(timing.makespan, 9), sign * distinct, cand.timing.makespan, len(joined), cand))
     best = min(joined)[-1]
