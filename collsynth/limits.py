@@ -4,3 +4,4 @@ transfers by them; the IR validator and the compiler refuse anything beyond them
 MAX_STEPS_PER_TB = 256  # steps in one threadblock
 MAX_COUNT = 71  # chunks one step may move
 MAX_CHANNELS = 32  # channels per algorithm
+MAX_TBS_PER_CHANNEL = 32  # threadblocks one GPU may run on one channel (MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL)

@@ -33,7 +33,8 @@ in microsoft/msccl, the interpreter kernels `msccl_kernel.cu` / `msccl_interpret
   one slice of every chunk and runs the whole step list on it.
 * Limits the loaders enforce: 0 <= cnt < 72 (MSCCL_MAX_COUNT); steps per threadblock below
   MSCCL_MAX_NUM_STEPS (256 in MSCCL and RCCL, 64 in some msccl-executor builds); tb ids contiguous from 0
-  ("thread block N is missing"); channel ids below MAXCHANNELS (32); send/recv peers -1 or another rank;
+  ("thread block N is missing"); channel ids below MAXCHANNELS (32), and at most 32 threadblocks of a
+  rank on one channel (MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL); send/recv peers -1 or another rank;
   a sending step needs a send peer and a receiving step a recv peer; offsets below the buffer's chunks.
 * Step semantics (what the interpreter kernel does with src/dst): `s` sends src; `r` receives into dst;
   `rcs` receives into dst and forwards; `rrs` receives, adds the local src, forwards the sum; `rrc`

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from collsynth.limits import MAX_CHANNELS, MAX_COUNT, MAX_STEPS_PER_TB  # noqa: F401  (re-exported)
+from collsynth.limits import MAX_CHANNELS, MAX_COUNT, MAX_STEPS_PER_TB, MAX_TBS_PER_CHANNEL  # noqa: F401  (re-exported)
 
 # MSCCL-IR step types.
 SEND = "s"

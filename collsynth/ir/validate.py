@@ -11,6 +11,8 @@ dependency the loader would silently drop, buffer ranges that run past a buffer'
 
 from __future__ import annotations
 
+from collections import Counter
+
 from collsynth.errors import CollsynthError
 from collsynth.ir import (
     BUFFERS,
@@ -18,6 +20,7 @@ from collsynth.ir import (
     MAX_CHANNELS,
     MAX_COUNT,
     MAX_STEPS_PER_TB,
+    MAX_TBS_PER_CHANNEL,
     MSCCL_COLLECTIVES,
     NOP,
     PROTOCOLS,
@@ -106,6 +109,11 @@ def _check_gpu(ir: Algo, position: int, gpu: Gpu) -> None:
             raise IRError(f"{where}: threadblock ids must be contiguous from 0; found tb {tb.id} at position "
                           f"{index}")
         _check_threadblock(ir, gpu, tb, sizes, connections, waited)
+    per_channel = Counter(tb.chan for tb in gpu.tbs)
+    busiest = max(per_channel, key=lambda chan: per_channel[chan], default=None)
+    if busiest is not None and per_channel[busiest] > MAX_TBS_PER_CHANNEL:
+        raise IRError(f"{where}: {per_channel[busiest]} threadblocks on channel {busiest}, but MSCCL runs at most "
+                      f"{MAX_TBS_PER_CHANNEL} per channel; spread them over more channels")
     for tb_id, step_index in sorted(waited):
         tb = gpu.tbs[tb_id]
         if tb.steps[step_index].type == NOP:

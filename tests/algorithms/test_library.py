@@ -32,13 +32,11 @@ from collsynth.ir import MAX_CHANNELS, MAX_COUNT, MAX_STEPS_PER_TB, NOP
 from collsynth.ir.validate import validate
 from collsynth.language import run_symbolic
 from collsynth.language.symbolic import check_postcondition
+from collsynth.limits import MAX_TBS_PER_CHANNEL
 from collsynth.runtime import execute
 from collsynth.topologies.library import fully_connected
 from collsynth.topologies.model import Link, Topology
 
-# MSCCL runs at most 32 threadblocks per channel on a GPU (MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL,
-# msccl_struct.h); collsynth.ir.validate does not check it (yet), so these tests do.
-MAX_TBS_PER_CHANNEL = 32
 NODES = {8: 2, 16: 2, 64: 8}  # node count used for multi-node programs at each size
 
 

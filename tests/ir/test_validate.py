@@ -168,3 +168,14 @@ def test_loader_node_table_limit():
     ir = edit_gpu(base(), 0, tbs=tbs)
     message = refused(ir, r"gpu 0: the loader reads 4271 XML elements for this rank")
     assert str(MAX_XML_NODES) in message
+
+
+def test_at_most_32_threadblocks_per_channel_on_a_gpu():
+    def local_tbs(count: int, channels: int) -> tuple[Threadblock, ...]:
+        return tuple(Threadblock(t, -1, -1, t % channels, (Step(0, "cpy", "i", 0, "o", 0, 1),)) for t in range(count))
+
+    ir = replace(base(), nchannels=2)
+    validate(edit_gpu(ir, 1, tbs=local_tbs(32, 1)))  # exactly the limit
+    validate(edit_gpu(ir, 1, tbs=local_tbs(40, 2)))  # 20 + 20 over two channels
+    message = refused(edit_gpu(ir, 1, tbs=local_tbs(33, 1)), r"gpu 1: 33 threadblocks on channel 0")
+    assert "at most 32 per channel" in message
