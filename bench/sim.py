@@ -1,4 +1,4 @@
-"""Simulator speed: the 64-rank ring AllReduce at 1 GB (target < 5 s), and nccl-tests sweeps.
+"""Simulator speed (64-rank ring AllReduce at 1 GB, target < 5 s), nccl-tests sweeps, and protocol predictions.
 
     .venv/bin/python bench/sim.py
 
@@ -20,6 +20,7 @@ from collsynth.sim import SimModel, simulate, size_sweep
 from collsynth.topologies import fully_connected, ring
 
 GB = 1 << 30
+PROTOCOLS = ("Simple", "LL", "LL128")
 
 
 def ring_allreduce_ir(n: int, *, proto: str = "Simple") -> Algo:
@@ -65,18 +66,22 @@ def main() -> None:
     for column in ("case", "ranks", "size", "tiles", "mode", "best s", "median s", "sim time us", "busbw GB/s"):
         points.add_column(column, justify="left" if column in ("case", "mode") else "right")
     cases = [
-        ("ring AllReduce Simple", ring_allreduce_ir(64), ring(64), SimModel()),
-        ("ring AllReduce LL", ring_allreduce_ir(64, proto="LL"), ring(64), SimModel()),
-        ("ring AllReduce LL", ring_allreduce_ir(64, proto="LL"), ring(64), SimModel(max_exact_tiles=1 << 20)),
-        ("direct AllToAll", direct_alltoall_ir(64), fully_connected(64), SimModel()),
+        ("ring AllReduce Simple", ring_allreduce_ir(64), ring(64), SimModel(), GB),
+        ("ring AllReduce LL", ring_allreduce_ir(64, proto="LL"), ring(64), SimModel(), GB),
+        ("ring AllReduce LL", ring_allreduce_ir(64, proto="LL"), ring(64), SimModel(max_exact_tiles=1 << 20), GB),
+        ("ring AllReduce LL128", ring_allreduce_ir(64, proto="LL128"), ring(64), SimModel(), GB),
+        ("ring AllReduce Simple", ring_allreduce_ir(64), ring(64), SimModel(), 64 << 10),
+        ("ring AllReduce LL", ring_allreduce_ir(64, proto="LL"), ring(64), SimModel(), 64 << 10),
+        ("ring AllReduce LL128", ring_allreduce_ir(64, proto="LL128"), ring(64), SimModel(), 64 << 10),
+        ("direct AllToAll", direct_alltoall_ir(64), fully_connected(64), SimModel(), GB),
     ]
-    for label, ir, topology, model in cases:
-        best, median, result = timed(lambda ir=ir, topology=topology, model=model:
-                                     simulate(ir, topology, [GB], model=model), 3)
+    for label, ir, topology, model, size in cases:
+        best, median, result = timed(lambda ir=ir, topology=topology, model=model, size=size:
+                                     simulate(ir, topology, [size], model=model), 3)
         row = result.rows[0]
         mode = "extrapolated" if result.extrapolated[0] else "exact"
-        points.add_row(label, str(ir.ngpus), "1GB", str(result.tiles[0]), mode, f"{best:.3f}", f"{median:.3f}",
-                       f"{row.time_us:.1f}", f"{row.busbw_GBps:.2f}")
+        points.add_row(label, str(ir.ngpus), _size_label(size), str(result.tiles[0]), mode, f"{best:.3f}",
+                       f"{median:.3f}", f"{row.time_us:.1f}", f"{row.busbw_GBps:.2f}")
     console.print(points)
 
     sweeps = Table(title="simulate(): nccl-tests sweep 1KB:1GB (21 sizes; wall seconds, best of 3)",
@@ -90,6 +95,25 @@ def main() -> None:
         sweeps.add_row("ring AllReduce Simple", str(n), f"{best:.3f}", f"{median:.3f}",
                        f"{result.rows[-1].busbw_GBps:.2f}")
     console.print(sweeps)
+
+    protocols = Table(title="Predicted time (us) by protocol: 8-rank ring AllReduce on ring:8 (NVLink links)",
+                      title_justify="left")
+    for column in ("size", "Simple", "LL", "LL128", "fastest"):
+        protocols.add_column(column, justify="left" if column == "fastest" else "right")
+    sizes = [1 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 16 << 20, GB]
+    results = {proto: simulate(ring_allreduce_ir(8, proto=proto), ring(8), sizes) for proto in PROTOCOLS}
+    for i, size in enumerate(sizes):
+        times = {proto: result.rows[i].time_us for proto, result in results.items()}
+        protocols.add_row(_size_label(size), *(f"{times[proto]:.2f}" for proto in PROTOCOLS),
+                          min(times, key=times.__getitem__))
+    console.print(protocols)
+
+
+def _size_label(size: int) -> str:
+    for unit, scale in (("GB", GB), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if size >= scale and size % scale == 0:
+            return f"{size // scale}{unit}"
+    return f"{size}B"
 
 
 if __name__ == "__main__":

@@ -4,9 +4,11 @@
     print(result.table())
 
 The timing model is documented in `collsynth.sim.engine`; sizes, counts and busbw follow nccl-tests
-(`collsynth.sim.nccl`); tiling and the steady-state extrapolation are in `collsynth.sim.simulate`.
+(`collsynth.sim.nccl`); tiling and the steady-state extrapolation are in `collsynth.sim.simulate`; what the
+Simple / LL / LL128 protocols do to a transfer's cost is in `collsynth.sim.protocol`.
 """
 
+from collsynth.sim.engine import FIFO_SLOTS
 from collsynth.sim.nccl import DTYPES, NcclSize, SimError, busbw_factor, dtype_info, nccl_size, size_sweep
 from collsynth.sim.plot import plot_busbw
 from collsynth.sim.simulate import (
@@ -20,6 +22,7 @@ from collsynth.sim.simulate import (
 )
 
 __all__ = [
-    "DTYPES", "LOCAL_ALPHA_US", "LOCAL_BETA_US_PER_MB", "NcclSize", "SimError", "SimModel", "SimResult", "SimRow",
+    "DTYPES", "FIFO_SLOTS", "LOCAL_ALPHA_US", "LOCAL_BETA_US_PER_MB", "NcclSize", "SimError", "SimModel", "SimResult",
+    "SimRow",
     "TILE_BYTES_BY_PROTOCOL", "busbw_factor", "dtype_info", "nccl_size", "plot_busbw", "simulate", "size_sweep",
 ]

@@ -6,13 +6,25 @@ The model (what a threadblock, a connection, a link and a switch do):
   starts when the threadblock's previous step has finished, its dependency `(depid, deps)` of the same tile
   has finished, and -- for a receiving step -- the matching message has arrived.
 - One FIFO connection per (sender, receiver, channel): the k-th receive of a connection takes the k-th
-  message sent on it. Sends are eager: the connection buffers whatever was sent and not yet received
-  (MSCCL's 8-slot FIFO back-pressure is not modelled).
+  message sent on it. The connection holds `fifo_slots` messages (MSCCL/NCCL's NCCL_STEPS = 8 slots,
+  `FIFO_SLOTS`): the k-th send on it cannot start before the receiving step that took message k - 8 has
+  finished (that step is done with the slot; for rcs/rrs/rrcs this is when its own send has arrived).
+  A slot here is one send of one tile, whatever its `cnt`. In MSCCL a slot is buffSize/8 bytes and the
+  per-tile chunk is sized so that LL and LL128 tiles fill one slot each (the tile sizes in
+  `collsynth.sim.simulate`), while a Simple tile is MSCCL_CHUNKSTEPS = 4 slots of 512 KiB; a real Simple
+  connection therefore holds only two one-chunk tile sends (it streams the rest slot by slot, which
+  this model's all-at-once transfers cannot express), so for Simple 8 whole sends is a lenient bound.
+  `fifo_slots=None` restores eager sends (unbounded buffering).
 - A sending step (s, rcs, rrs, rrcs) puts one transfer of `cnt` chunk-slices on the link (sender -> peer).
-  The transfer costs `alpha_us + MB * beta_us_per_mb` and holds the link for all of that time, so
-  transfers that share a link serialize, first come (by ready time) first served. The sending threadblock
-  is busy until its transfer has arrived (the GPU's threads do the copy), and the receive it matches can
-  complete at the arrival time.
+  The transfer costs `alpha + MB * beta` and holds the link for all of that time, so transfers that share
+  a link serialize, first come (by ready time) first served. The sending threadblock is busy until its
+  transfer has arrived (the GPU's threads do the copy), and the receive it matches can complete at the
+  arrival time.
+- Protocol (`collsynth.sim.protocol`, the IR's `proto`): the link's `alpha_us` / `beta_us_per_mb` are the
+  Simple protocol's. LL and LL128 scale alpha by NCCL's per-hop latency ratio for the link's hardware
+  class (tuning.cc hwLat, Ring: NVLink LL .47 / LL128 1.9 / Simple 3.4 us; PCI 1.0 / 2.5 / 5.7; network
+  2.7 / 4.0 / 9.6) and divide beta by the data fraction of a line (LL 8/16, LL128 120/128). Simple is
+  unchanged bit for bit. The protocol also sets the tile size (`collsynth.sim.simulate`).
 - A switch with bandwidth b is b lanes shared by all of its links: a transfer on one of its links also
   holds one lane (the earliest free) for its duration, and runs no faster than `switch.beta_us_per_mb`.
 - Reductions fused into a receive (rrc, rrs, rrcs) and plain receives (r) cost nothing beyond the
@@ -29,10 +41,14 @@ import itertools
 from dataclasses import dataclass
 
 from collsynth.ir import COPY, RECEIVING_TYPES, REDUCE, SENDING_TYPES, STEP_TYPES, Algo
+from collsynth.sim import protocol
 from collsynth.sim.nccl import SimError
 from collsynth.topologies.model import Topology
 
 LOCAL_TYPES = frozenset({COPY, REDUCE})
+
+# MSCCL/NCCL's per-connection FIFO depth (NCCL_STEPS): sends in flight before the receiver must catch up.
+FIFO_SLOTS = 8
 
 
 @dataclass(frozen=True)
@@ -73,6 +89,7 @@ class RunResult:
 
 def plan(ir: Algo, topology: Topology) -> Plan:
     """Resolve peers to links, dependencies to indices, and check the IR can run (size-independent)."""
+    protocol.check_protocol(ir.proto, f"IR {ir.name!r}")
     if ir.ngpus != topology.num_ranks:
         raise SimError(f"IR {ir.name!r} is for {ir.ngpus} GPUs but topology {topology.name!r} has "
                        f"{topology.num_ranks} ranks; pick a topology of the same size")
@@ -145,6 +162,9 @@ def plan(ir: Algo, topology: Topology) -> Plan:
                 switch_ids = tuple(switches_of.get(pair, ()))
                 alpha = topo_link.alpha_us
                 beta = max([topo_link.beta_us_per_mb] + [topology.switches[i].beta_us_per_mb for i in switch_ids])
+                if ir.proto != "Simple":  # Simple is the topology's own alpha-beta, bit for bit
+                    alpha *= protocol.latency_scale(ir.proto, topo_link.kind)
+                    beta *= protocol.beta_scale(ir.proto)
             planned = []
             for step in tb.steps:
                 if step.type not in STEP_TYPES:
@@ -193,8 +213,11 @@ def plan(ir: Algo, topology: Topology) -> Plan:
                 switch_lanes=tuple(max(1, switch.bandwidth) for switch in topology.switches))
 
 
-def run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, local_beta_us_per_mb: float) -> RunResult:
-    """Simulate `ntiles` tiles in which each chunk slice is `slice_mb` MB; return the makespan."""
+def run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, local_beta_us_per_mb: float,
+        fifo_slots: int | None = FIFO_SLOTS) -> RunResult:
+    """Simulate `ntiles` tiles in which each chunk slice is `slice_mb` MB; return the makespan.
+
+    `fifo_slots`: sends a connection holds before its receiver consumes them (None: unbounded)."""
     steps = plan_.steps
     ntbs = len(steps)
     nsteps = [len(tb) for tb in steps]
@@ -210,6 +233,10 @@ def run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, loc
     arrivals: list[list[float]] = [[] for _ in range(nconn)]
     recv_next = [0] * nconn
     conn_waiter = [-1] * nconn
+    consumed: list[list[float]] = [[] for _ in range(nconn)]  # finish times of each connection's receives
+    sent = [0] * nconn
+    slot_waiter = [-1] * nconn  # the sender waiting for a free slot on the connection
+    slots = fifo_slots if fifo_slots is not None else -1
     dep_waiters: dict[tuple[int, int], list[int]] = {}
     link_free = [0.0] * plan_.num_links
     lanes = [[0.0] * b for b in plan_.switch_lanes]  # min-heaps of lane free times
@@ -250,6 +277,15 @@ def run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, loc
                     break
                 if arrived[k] > ready:
                     ready = arrived[k]
+            sc = st.send_conn
+            if sc >= 0 and slots >= 0 and sent[sc] >= slots:
+                freed = consumed[sc]
+                j = sent[sc] - slots  # this send takes the slot that receive j frees
+                if j >= len(freed):
+                    slot_waiter[sc] = g
+                    break
+                if freed[j] > ready:
+                    ready = freed[j]
             if ready > t:
                 push(heap, (ready, next(seq), g))
                 break
@@ -258,8 +294,8 @@ def run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, loc
                 recv_next[rc] += 1
             if st.local:
                 finish = t + local_dur[g][s]
-            sc = st.send_conn
             if sc >= 0:
+                sent[sc] += 1
                 link = st.link
                 start = link_free[link] if link_free[link] > t else t
                 for sw in st.switches:
@@ -273,6 +309,12 @@ def run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, loc
                 waiter = conn_waiter[sc]
                 if waiter >= 0:
                     conn_waiter[sc] = -1
+                    push(heap, (finish, next(seq), waiter))
+            if rc >= 0:
+                consumed[rc].append(finish)  # the receiving step is done with its slot
+                waiter = slot_waiter[rc]
+                if waiter >= 0:
+                    slot_waiter[rc] = -1
                     push(heap, (finish, next(seq), waiter))
             done[g][p] = finish
             waiting = dep_waiters.pop((g, p), None)
@@ -289,20 +331,33 @@ def run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, loc
 
     stuck = [g for g in range(ntbs) if pc[g] < total[g]]
     if stuck:
-        raise SimError(f"the IR deadlocks: {_describe_stuck(plan_, stuck, pc, nsteps)}; check the order of sends and "
-                       "receives on each connection and the step dependencies")
+        waits = _Waits(frozenset(i for i, w in enumerate(conn_waiter) if w >= 0),
+                       frozenset(i for i, w in enumerate(slot_waiter) if w >= 0))
+        raise SimError(f"the IR deadlocks: {_describe_stuck(plan_, stuck, pc, nsteps, waits)}; check the order of "
+                       "sends and receives on each connection and the step dependencies")
     return RunResult(time_us=max(free, default=0.0), tile_end_us=tuple(tile_end))
 
 
-def _describe_stuck(plan_: Plan, stuck: list[int], pc: list[int], nsteps: list[int]) -> str:
+@dataclass(frozen=True)
+class _Waits:
+    """Connections a stuck threadblock waits on: for a message (receive) or for a free slot (send)."""
+
+    messages: frozenset[int]
+    slots: frozenset[int]
+
+
+def _describe_stuck(plan_: Plan, stuck: list[int], pc: list[int], nsteps: list[int], waits: _Waits) -> str:
     parts = []
     for g in stuck[:4]:
         rank, tb_id = plan_.labels[g]
         tile, s = divmod(pc[g], nsteps[g])
         st = plan_.steps[g][s]
-        if st.recv_conn >= 0:
+        if st.recv_conn >= 0 and st.recv_conn in waits.messages:
             sender, _, chan = plan_.connections[st.recv_conn]
             why = f"waits for a message from {sender} on channel {chan}"
+        elif st.send_conn >= 0 and st.send_conn in waits.slots:
+            _, receiver, chan = plan_.connections[st.send_conn]
+            why = f"waits for a free FIFO slot to {receiver} on channel {chan} (its receiver is behind)"
         elif st.dep_tb >= 0:
             why = f"waits for tb {plan_.labels[st.dep_tb][1]} step {plan_.step_labels[st.dep_tb][st.dep_step]}"
         else:

@@ -43,12 +43,15 @@ class SimModel:
     local_beta_us_per_mb: float = LOCAL_BETA_US_PER_MB
     tile_bytes: int | None = None  # None: by the IR's protocol (TILE_BYTES_BY_PROTOCOL)
     max_exact_tiles: int = 16  # simulate up to this many tiles exactly, then extrapolate
+    fifo_slots: int | None = engine.FIFO_SLOTS  # per-connection sends in flight; None: unbounded (eager)
 
     def __post_init__(self) -> None:
         if self.tile_bytes is not None and self.tile_bytes < 1:
             raise SimError(f"tile_bytes must be >= 1, got {self.tile_bytes}")
         if self.max_exact_tiles < 2:
             raise SimError(f"max_exact_tiles must be >= 2, got {self.max_exact_tiles}")
+        if self.fifo_slots is not None and self.fifo_slots < 1:
+            raise SimError(f"fifo_slots must be >= 1 (or None for unbounded), got {self.fifo_slots}")
         if self.local_alpha_us < 0 or self.local_beta_us_per_mb < 0:
             raise SimError("local step costs must be >= 0")
 
@@ -148,7 +151,7 @@ def time_tiles(planned: engine.Plan, slice_mb: float, ntiles: int, model: SimMod
     """Makespan of `ntiles` tiles of `slice_mb` MB chunk slices; True when extrapolated."""
     exact = min(ntiles, model.max_exact_tiles)
     result = engine.run(planned, slice_mb, exact, local_alpha_us=model.local_alpha_us,
-                        local_beta_us_per_mb=model.local_beta_us_per_mb)
+                        local_beta_us_per_mb=model.local_beta_us_per_mb, fifo_slots=model.fifo_slots)
     if exact == ntiles:
         return result.time_us, False
     ends = result.tile_end_us
