@@ -141,7 +141,7 @@ def pareto(topology: str, collective: str, root: int | None, time_limit: float, 
            max_steps: int | None, report_dir: str | None, as_json: bool) -> None:
     """The Pareto frontier of steps against rounds per chunk for COLLECTIVE on TOPOLOGY."""
     from collsynth.synth.pareto import ParetoResult, SweepInterrupted, pareto_frontier
-    from collsynth.synth.report import write_progress, write_report
+    from collsynth.synth.report import ALGORITHMS_DIR, write_progress, write_report
 
     _positive("--time-limit", time_limit)
     if max_chunks < 1:
@@ -190,9 +190,12 @@ def pareto(topology: str, collective: str, root: int | None, time_limit: float, 
     else:
         _print_frontier(result)
     if report_dir is not None:
-        files = write_report(result, report_dir)
+        write_report(result, report_dir)
         if not as_json:
-            click.echo(f"wrote {report_dir}/: {', '.join(sorted({p.relative_to(report_dir).parts[0] for p in files}))}")
+            folder = Path(report_dir)
+            algorithms = sorted((folder / ALGORITHMS_DIR).glob("*.json"))
+            click.echo(f"wrote {folder}: report.md, frontier.png, frontier.json, {ALGORITHMS_DIR}/ "
+                       f"({len(algorithms)} algorithm{'s' if len(algorithms) != 1 else ''})")
 
 
 def _print_frontier(result: Any) -> None:
