@@ -56,8 +56,9 @@ def _load_topology(spec: str, sketch: Sketch, taccl_costs: bool) -> tuple[Topolo
                    "AllReduce buffer / ranks (e.g. 1MB, 64KB)")
 @click.option("--solver", type=click.Choice(["cbc", "highs"]), default="cbc", show_default=True,
               help="MILP solver: CBC (bundled with PuLP) or HiGHS (highspy, usually faster)")
-@click.option("--time-limit", type=float, default=None, help="seconds per MILP stage; the best answer so far "
-              "and its proven gap are kept when it runs out")
+@click.option("--time-limit", type=float, default=None, help="wall-clock budget of the whole run in seconds "
+              "(the MILP stages share it); when it runs out the best verified schedule so far is returned with "
+              "its proven gap, marked time-limited")
 @click.option("--gap", "mip_gap", type=float, default=1e-4, show_default=True, help="relative MIP gap to stop at")
 @click.option("--root", type=int, default=None, help="root rank for rooted collectives")
 @click.option("--taccl-costs", is_flag=True, help="TOPOLOGY is a TACCL profile: charge intra-node links its invbw "

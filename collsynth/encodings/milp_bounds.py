@@ -52,6 +52,7 @@ def sketch_lower_bounds(inst: RoutingInstance) -> tuple[Bound, ...]:
         if not budgets:
             continue
         found += _drain_then_spread(inst, node, budgets, heads)
+        found += _last_group_spreads(inst, node, heads)
         found += _late_entries_through_in_port(inst, node, budgets, heads)
         found += _late_entries_behind_one_budget(inst, node, budgets, heads)
     return tuple(sorted(found, key=lambda b: (-b.value, b.family, b.note)))
@@ -212,6 +213,109 @@ def _drain_then_spread(inst: RoutingInstance, node: int, budgets: Mapping[str, f
         if value < INF:
             out.append(Bound("drain_then_spread", value, f"node {node}, {name}: {n} chunks must cross it"))
     return out
+
+
+def _last_group_spreads(inst: RoutingInstance, node: int, heads: Mapping[tuple[int, Arc], float]) -> list[Bound]:
+    # T >= min(push(B, |F| + 1), min_g [last_push(B, |F|, g) + group_spread(g)])  per entry budget B
+    """F as in drain_then_spread; g = the number of chunks in B's last transfer (1..K).
+
+    Valid: if B carries |F| + 1 chunks or more, T >= push(B, |F| + 1). Otherwise B carries exactly the n
+    chunks of F, each once, so every chunk of its last transfer (g of them, ending at E) is held in the
+    node by the receiver v alone at E and never enters again. E >= last_push(B, n, g): G transfers, the
+    last of g chunks and the others of <= K, so G >= 1 + ceil((n - g) / K) and the first carries
+    >= n - g - K (G - 2) chunks (g when G = 1). Then each target u of m_u of those chunks gets each of
+    them over a path that starts with its own transfer out of v (`_group_spread`)."""
+    remote = _remote_chunks(inst, node)
+    out = []
+    for name, budget in sorted(_all_entry_budgets(inst, node).items()):
+        forced = [c for c in remote
+                  if all(a in budget for a in inst.chunks[c].arcs
+                         if inst.node_of(a[1]) == node and inst.node_of(a[0]) != node)]
+        if not forced:
+            continue
+        n = len(forced)
+        k = max(1, inst.max_together) if any(a in inst.groupable for a in budget) else 1
+        receivers = sorted({a[1] for c in forced for a in inst.chunks[c].arcs if a in budget})
+        best = INF
+        for g in range(1, min(k, n) + 1):
+            spread = min(_group_spread(inst, forced, v, node, g) for v in receivers)
+            best = min(best, _last_push_time(inst, budget, heads, n, g, k) + spread)
+        value = min(best, _push_time(inst, budget, heads, n + 1))
+        if value < INF:
+            out.append(Bound("last_group_spread", value, f"node {node}, {name}: {n} chunks must cross it"))
+    return out
+
+
+def _last_push_time(inst: RoutingInstance, budget: frozenset[Arc], heads: Mapping[tuple[int, Arc], float],
+                    n: int, g: int, k: int) -> float:
+    # last_push(B, n, g) = min over G >= 1 + ceil((n - g) / K) of G alpha + n beta + S(first(G))
+    """The earliest B can finish carrying n chunks when its last transfer carries g of them (as
+    `_push_time`, with the first transfer's size forced by the last one's)."""
+    alpha = min(inst.link_alpha[a] for a in budget)
+    beta = min(inst.link_beta[a] for a in budget)
+    per_arc = [sorted(heads[(c, a)] for c in range(len(inst.chunks)) if (c, a) in heads) for a in sorted(budget)]
+    best = INF
+    least = 1 if g == n else 1 + math.ceil((n - g) / k)
+    for groups in range(least, n - g + 2):
+        first = g if groups == 1 else max(1, n - g - k * (groups - 2))
+        start = min((hs[first - 1] for hs in per_arc if len(hs) >= first), default=INF)
+        best = min(best, groups * alpha + n * beta + start)
+    return best
+
+
+def _group_spread(inst: RoutingInstance, chunks: list[int], v: int, node: int, g: int) -> float:
+    # group_spread(g) = max_u m_u-th smallest of {(j - 1) p_ch + min_x [cost(v, x) + dist(x, u)]: channel ch, j >= 1}
+    """A lower bound on the time for any g of `chunks`, held in `node` by v alone, to reach all their
+    targets in the node; m_u = g - (chunks without target u), the fewest of the g that target u.
+
+    Valid: each of those chunks reaches u over a path inside the node whose first transfer, out of v,
+    carries that chunk alone (links inside a node carry one chunk per transfer); transfers out of v on
+    one channel (an out-port budget, else a link) go one at a time, each taking >= p_ch, so the j-th
+    starts >= (j - 1) p_ch after the chunks arrive; dist is the shortest time over any of the chunks'
+    links inside the node. So at least m_u distinct slots must reach u in time."""
+    inside = {a for c in chunks for a in inst.chunks[c].arcs
+              if inst.node_of(a[0]) == node and inst.node_of(a[1]) == node}
+    if inside & inst.groupable:
+        return 0.0  # a transfer inside the node could carry several chunks: no slot argument
+    out_of_v = sorted(a for a in inside if a[0] == v)
+    channels: dict[object, list[Arc]] = {}
+    for a in out_of_v:
+        ports = [r for r in inst.resources_of.get(a, ()) if inst.resources[r].port == "out"]
+        channels.setdefault(("port", ports[0]) if ports else ("link", a), []).append(a)
+    adjacency: dict[int, list[Arc]] = {}
+    for a in inside:
+        adjacency.setdefault(a[0], []).append(a)
+    targets = sorted({u for c in chunks for u in inst.chunks[c].targets if inst.node_of(u) == node and u != v})
+    dist = {x: _dijkstra(inst, adjacency, x) for x in sorted({a[1] for a in out_of_v})}
+    worst = 0.0
+    for u in targets:
+        need = g - sum(1 for c in chunks if u not in inst.chunks[c].targets)
+        if need <= 0:
+            continue
+        slots: list[float] = []
+        for arcs in channels.values():
+            period = min(inst.link_cost[a] for a in arcs)
+            first = min(inst.link_cost[a] + dist[a[1]].get(u, INF) for a in arcs)
+            if first < INF:
+                slots += [first + j * period for j in range(need)]
+        slots.sort()
+        worst = max(worst, slots[need - 1] if len(slots) >= need else INF)
+    return worst
+
+
+def _dijkstra(inst: RoutingInstance, adjacency: Mapping[int, list[Arc]], start: int) -> dict[int, float]:
+    dist = {start: 0.0}
+    heap = [(0.0, start)]
+    while heap:
+        d, u = heapq.heappop(heap)
+        if d > dist.get(u, INF):
+            continue
+        for a in adjacency.get(u, ()):
+            nd = d + inst.link_cost[a]
+            if nd < dist.get(a[1], INF):
+                dist[a[1]] = nd
+                heapq.heappush(heap, (nd, a[1]))
+    return dist
 
 
 def _entry_times(inst: RoutingInstance, node: int, budgets: Mapping[str, frozenset[Arc]],

@@ -122,6 +122,9 @@ class MilpModel:
         self._lb[column] = lb
         self._ub[column] = ub
 
+    def column_bounds(self, column: int) -> tuple[float, float]:
+        return self._lb[column], self._ub[column]
+
     def add_row(self, family: str, cols: Sequence[int], coefs: Sequence[float], lo: float = -INF,
                 hi: float = INF) -> None:
         """One row lo <= sum coefs[i] * x[cols[i]] <= hi (duplicate columns are summed)."""

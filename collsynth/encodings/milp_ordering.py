@@ -14,6 +14,7 @@ budgets until s + alpha_l + k * beta_l, when all k chunks arrive.
 from __future__ import annotations
 
 import heapq
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -373,10 +374,11 @@ def _compositions(n: int, most: int):
 
 
 def pattern_joins(problem: ScheduleProblem, orders: Orders, *, longest: int = 10, keep: int = 4,
-                  rules: tuple[str, ...] = RULES) -> tuple[Orders, Timing]:
+                  rules: tuple[str, ...] = RULES, deadline: float | None = None) -> tuple[Orders, Timing]:
     """Try every way of cutting the inter-node links' sequences into groups (the same group sizes on every
     link with as many transfers, as symmetric links have), for sequences of at most `longest`; the `keep`
-    best are list-scheduled again around their groups. Returns the best orders found (maybe `orders`)."""
+    best are list-scheduled again around their groups. Returns the best orders found (maybe `orders`).
+    At `deadline` (a time.perf_counter() value) it stops trying and keeps what it has."""
     best_orders, best = orders, evaluate(problem, orders)
     if problem.max_together < 2:
         return best_orders, best
@@ -391,6 +393,8 @@ def pattern_joins(problem: ScheduleProblem, orders: Orders, *, longest: int = 10
     tried: list[tuple[float, int, Orders]] = []
     for n, arcs in sorted(by_length.items()):
         for sizes in _compositions(n, problem.max_together):
+            if deadline is not None and time.perf_counter() >= deadline:
+                break
             joins = set(orders.joins) - {t for a in arcs for t in orders.links[a]}
             for a in arcs:
                 seq, pos = orders.links[a], 0
@@ -412,6 +416,8 @@ def pattern_joins(problem: ScheduleProblem, orders: Orders, *, longest: int = 10
     for makespan, _, trial in sorted(tried)[:keep]:
         if makespan < best.makespan - 1e-9:
             best_orders, best = trial, evaluate(problem, trial)
+        if deadline is not None and time.perf_counter() >= deadline:
+            continue
         try:
             again, timing = relist_with_groups(problem, trial, rules)
         except ScheduleError:

@@ -10,6 +10,7 @@ search is deterministic and its cost predictable.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from collsynth.encodings.milp_instance import RoutingInstance
@@ -27,16 +28,20 @@ class Searched:
     timing: Timing
     moves: int
     tried: int
+    stopped: bool = False  # the deadline ended the search
 
 
 def improve_routes(inst: RoutingInstance, routes: Routes, *, max_tries: int = 200,
-                   rules: tuple[str, ...] = RULES) -> Searched:
-    """First-improvement descent over single re-parenting moves (module docstring)."""
+                   rules: tuple[str, ...] = RULES, deadline: float | None = None) -> Searched:
+    """First-improvement descent over single re-parenting moves (module docstring); stops early at
+    `deadline` (a time.perf_counter() value), keeping the best routes found."""
     problem = transfers_from_routes(inst, routes)
     orders, timing, _ = best_list_schedule(problem, rules)
     tried = moves = 0
     improved = True
     while improved and tried < max_tries:
+        if deadline is not None and time.perf_counter() >= deadline:
+            return Searched(routes, problem, orders, timing, moves, tried, stopped=True)
         improved = False
         for c, d in _critical_pairs(problem, timing, routes):
             tree = routes.trees[c]
@@ -46,7 +51,7 @@ def improve_routes(inst: RoutingInstance, routes: Routes, *, max_tries: int = 20
             for u, v in inst.chunks[c].arcs:
                 if v != d or u == parent.get(d) or u in below or u not in holders:
                     continue
-                if tried >= max_tries:
+                if tried >= max_tries or (deadline is not None and time.perf_counter() >= deadline):
                     break
                 tried += 1
                 new_tree = tuple(sorted((a if a[1] != d else (u, d)) for a in tree))
@@ -61,9 +66,10 @@ def improve_routes(inst: RoutingInstance, routes: Routes, *, max_tries: int = 20
                     moves += 1
                     improved = True
                     break
-            if improved or tried >= max_tries:
+            if improved or tried >= max_tries or (deadline is not None and time.perf_counter() >= deadline):
                 break
-    return Searched(routes, problem, orders, timing, moves, tried)
+    stopped = deadline is not None and time.perf_counter() >= deadline
+    return Searched(routes, problem, orders, timing, moves, tried, stopped)
 
 
 def _critical_pairs(problem: ScheduleProblem, timing: Timing, routes: Routes) -> list[tuple[int, int]]:

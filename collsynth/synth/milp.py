@@ -10,6 +10,12 @@
    tried, the best kept); the greedy routing is scheduled too, and the better of the two routings wins;
 3. the scheduling MILP (an LP without inter-node links) computes exact times and which inter-node
    chunks travel together.
+`time_limit` is the wall-clock budget of the whole run: each MILP stage gets what is left, less a
+reserve for the stages after it (and, for CBC, the grace in which its process is stopped); the local
+searches stop at their share of it. A MILP stage is skipped when the schedule it would start from is
+already within `gap` of the best proven lower bound, and the scheduling MILP is told that bound, so it
+stops as soon as it reaches it. When the budget runs out the best verified schedule is returned with
+its proven gap, and the result says it was time-limited.
 ReduceScatter and Reduce are the reverse of an AllGather / Broadcast schedule (each send reversed
 into a reduction, mirrored in time); AllReduce is that ReduceScatter followed by the AllGather, merged
 and re-timed. `size_bytes` is TACCL's per-chunk-before-chunkup size: each rank's AllGather input, the
@@ -31,7 +37,7 @@ from collsynth.collectives import Collective
 from collsynth.collectives.spec import canonical_name, make_collective
 from collsynth.encodings.milp_bounds import best_sketch_bound
 from collsynth.encodings.milp_instance import RoutingInstance, build_instance
-from collsynth.encodings.milp_model import SOLVERS, ModelSize, SolverError
+from collsynth.encodings.milp_model import CBC_KILL_GRACE, CBC_STOP_GRACE, SOLVERS, ModelSize, SolverError, SolveResult
 from collsynth.encodings.milp_ordering import (
     REDUCE,
     RULES,
@@ -73,6 +79,13 @@ from collsynth.topologies import Topology
 
 MB = 1 << 20
 _DUALS = {"reducescatter": "allgather", "reduce": "broadcast"}
+# the shortest solver time limit a MILP stage gets, even when the budget is spent (so it still reports
+# a bound); shares of the whole budget kept for what follows a stage
+MIN_STAGE_SECONDS = 0.5
+RESERVE_AFTER_ROUTING = 0.35  # ordering, local search, group patterns and the scheduling MILP
+RESERVE_AFTER_ROUTING_ONE_NODE = 0.1  # the scheduling stage is an LP there
+RESERVE_AFTER_SEARCH = 0.25  # group patterns and the scheduling MILP
+RESERVE_AFTER_SCHEDULE = 0.03  # building and verifying the algorithm
 
 
 class MilpSynthesisError(CollsynthError):
@@ -127,6 +140,10 @@ class MilpResult:
     chunk_bytes: float
     solver: str
     sketch: Sketch
+    time_limit: float | None = None
+    # the budget cut a stage short (a MILP stopped with an incumbent, or a search stopped early)
+    time_limited: bool = False
+    seconds: float = 0.0
 
     @property
     def gap(self) -> float | None:
@@ -144,7 +161,39 @@ class MilpResult:
             "unknown (combining collectives: the routing stage bounds their AllGather/Broadcast half only)"
         gap = f"{100 * self.gap:.2f}%" if self.gap is not None else "unknown"
         lines.append(f"predicted time {self.predicted_us:.3f} us; lower bound {lb}; gap {gap}")
+        if self.time_limit is not None:
+            state = "time-limited: the budget cut a stage short" if self.time_limited else "no stage was cut short"
+            lines.append(f"budget {self.time_limit:g} s for the whole run, {self.seconds:.2f} s used; {state}")
         return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class _Clock:
+    """The wall-clock budget of one run: `total` seconds from `started` (time.perf_counter), or none."""
+    started: float
+    total: float | None
+    solver: str
+
+    def left(self) -> float | None:
+        return None if self.total is None else self.total - (time.perf_counter() - self.started)
+
+    def deadline(self, reserve: float = 0.0) -> float | None:
+        """The perf_counter time by which a heuristic must stop to leave `reserve` x the budget."""
+        return None if self.total is None else self.started + self.total * (1.0 - reserve)
+
+    def stage_limit(self, reserve: float) -> float | None:
+        """The solver time limit of a MILP stage that leaves `reserve` x the budget to the stages after it;
+        CBC's process is stopped up to CBC_STOP_GRACE + CBC_KILL_GRACE after its limit."""
+        left = self.left()
+        if left is None:
+            return None
+        grace = CBC_STOP_GRACE + CBC_KILL_GRACE if self.solver == "cbc" else 0.0
+        return max(MIN_STAGE_SECONDS, left - reserve * float(self.total) - grace)
+
+
+def _within_gap(value: float, lower: float | None, gap: float) -> bool:
+    """`value` is already within relative `gap` of the proven lower bound: a search has nothing to gain."""
+    return lower is not None and value - lower <= gap * max(abs(value), 1e-12) + 1e-12
 
 
 # --- one routed (non-combining) schedule --------------------------------------------------------
@@ -157,7 +206,7 @@ class _Schedule:
     routes: Routes | None = None
 
 
-def _route_and_order(inst: RoutingInstance, solver: str, time_limit: float | None, gap: float,
+def _route_and_order(inst: RoutingInstance, solver: str, clock: _Clock, gap: float,
                      stages: list[StageReport]) -> tuple[_Schedule, float | None]:
     """Stages 1 and 2 for one non-combining collective. Returns the best ordered schedule and the
     routing lower bound."""
@@ -185,25 +234,34 @@ def _route_and_order(inst: RoutingInstance, solver: str, time_limit: float | Non
     best_greedy = min(c.timing.makespan for c in candidates)
     stages.append(StageReport("greedy routing+order", time.perf_counter() - started, "heuristic",
                               objective=best_greedy, note=f"{len(greedy)} greedy routings"))
+    # what the routing MILP cannot see: NIC order, and the spread of the chunks that cross it last
+    started = time.perf_counter()
+    extra = best_sketch_bound(inst)
+    lower = None if extra is None else extra.value
+    if extra is not None:
+        stages.append(StageReport("sketch bounds", time.perf_counter() - started, "bound", bound=extra.value,
+                                  note=str(extra)))
+    multi_node = bool(inst.groupable) or inst.sketch.num_nodes > 1
+    reserve = RESERVE_AFTER_ROUTING if multi_node else RESERVE_AFTER_ROUTING_ONE_NODE
 
     warm = min(starts, key=lambda x: x[rm.makespan_col]) if starts else None
     if warm is not None:
         rm.model.set_bounds(rm.makespan_col, 0.0, float(warm[rm.makespan_col]) * (1 + 1e-9) + 1e-9)
     set_makespan_objective(rm)
-    result = rm.model.solve(solver, time_limit=time_limit, gap=gap, warm_start=warm)
-    lower = result.bound
     note = f"built in {build_seconds:.2f} s; symmetry order {inst.symmetry.order}"
-    if warm is None:
-        note += "; no warm start (greedy routes not symmetric)"
-    stages.append(StageReport("routing MILP", result.seconds + build_seconds, result.status, result.objective, lower,
-                              result.gap, solver, rm.model.size(), note))
-    # what the routing MILP cannot see: NIC order, and the spread of the chunks that cross it last
-    started = time.perf_counter()
-    extra = best_sketch_bound(inst)
-    if extra is not None:
-        stages.append(StageReport("sketch bounds", time.perf_counter() - started, "bound", bound=extra.value,
-                                  note=str(extra)))
-        lower = extra.value if lower is None else max(lower, extra.value)
+    if _within_gap(best_greedy, lower, gap):
+        # a greedy schedule already meets the sketch bound: the routing MILP could neither improve it nor
+        # prove more
+        result = SolveResult(solver, "skipped", None, None, 0.0)
+        note += f"; skipped: the greedy schedule ({best_greedy:.3f} us) is within the gap of the sketch bound"
+    else:
+        result = rm.model.solve(solver, time_limit=clock.stage_limit(reserve), gap=gap, warm_start=warm)
+        if result.bound is not None:
+            lower = result.bound if lower is None else max(lower, result.bound)
+        if warm is None:
+            note += "; no warm start (greedy routes not symmetric)"
+    stages.append(StageReport("routing MILP", result.seconds + build_seconds, result.status, result.objective,
+                              result.bound, result.gap, solver, rm.model.size(), note))
     if result.status in ("infeasible", "unbounded", "error"):
         raise MilpSynthesisError(f"routing MILP is {result.status} ({result.message}); the sketch may make the "
                                  "collective impossible")
@@ -220,7 +278,7 @@ def _route_and_order(inst: RoutingInstance, solver: str, time_limit: float | Non
             stages.append(StageReport("routing MILP (min links)", 0.0, "optimal", count, count, 0.0, solver, None,
                                       f"{count} distinct switch links = one into each receiving rank", "links"))
         else:
-            second = rm.model.solve(solver, time_limit=time_limit, gap=gap, warm_start=warm2)
+            second = rm.model.solve(solver, time_limit=clock.stage_limit(reserve), gap=gap, warm_start=warm2)
             if second.has_solution:
                 result = second
             stages.append(StageReport(f"routing MILP ({inst.unique_policy} links)", second.seconds, second.status,
@@ -241,7 +299,7 @@ def _route_and_order(inst: RoutingInstance, solver: str, time_limit: float | Non
     size = len(candidates[-1].problem.transfers)
     tries = 200 if size <= 600 else 20 if size <= 2500 else 0
     best_now = min(c.timing.makespan for c in candidates)
-    if lower is not None and best_now <= lower * (1 + 1e-9) + 1e-12:
+    if _within_gap(best_now, lower, gap):
         tries = 0  # already at the lower bound
     best_rule = rules_of[min(range(len(candidates)), key=lambda i: candidates[i].timing.makespan)]
     search_rules = RULES if size <= 600 else (best_rule,)
@@ -249,45 +307,80 @@ def _route_and_order(inst: RoutingInstance, solver: str, time_limit: float | Non
     picks = {min(range(len(candidates) - (1 if result.has_solution else 0)),
                  key=lambda i: candidates[i].timing.makespan), len(candidates) - 1}
     moves = 0
+    stopped = False
+    search_deadline = clock.deadline(RESERVE_AFTER_SEARCH if multi_node else RESERVE_AFTER_SCHEDULE)
     for i in sorted(picks):
         if tries and candidates[i].routes is not None:
-            found = improve_routes(inst, candidates[i].routes, max_tries=tries, rules=search_rules)
+            found = improve_routes(inst, candidates[i].routes, max_tries=tries, rules=search_rules,
+                                   deadline=search_deadline)
             moves += found.moves
+            stopped = stopped or found.stopped
             searched.append(_Schedule(found.problem, found.orders, found.timing, found.routes))
     candidates += searched
     if searched:
-        stages.append(StageReport("route local search", time.perf_counter() - started, "heuristic",
+        stages.append(StageReport("route local search", time.perf_counter() - started,
+                                  "stopped" if stopped else "heuristic",
                                   objective=min(c.timing.makespan for c in candidates),
-                                  note=f"{moves} moves kept, up to {tries} schedules tried per start"))
+                                  note=f"{moves} moves kept, up to {tries} schedules tried per start"
+                                  + ("; stopped at its share of the budget" if stopped else "")))
     # inter-node chunks sent together can change which candidate is best: compare after greedy joins
     # (makespan first; for switches that ask for few/many connections, then fewer/more distinct links)
     joined = []
     sign = {"min": 1, "max": -1}.get(inst.unique_policy or "", 0)
+    started = time.perf_counter()
+    pattern_deadline = clock.deadline(RESERVE_AFTER_SEARCH / 2 if multi_node else RESERVE_AFTER_SCHEDULE)
+    # a schedule already at the lower bound: other groupings could only tie with it
+    at_bound = _within_gap(min(c.timing.makespan for c in candidates), lower, gap)
     for cand in candidates:
         orders, timing = greedy_joins(cand.problem, cand.orders)
-        patterned, pattern_timing = pattern_joins(cand.problem, cand.orders)
+        if at_bound:
+            patterned, pattern_timing = orders, timing
+        else:
+            patterned, pattern_timing = pattern_joins(cand.problem, cand.orders, deadline=pattern_deadline)
         if pattern_timing.makespan < timing.makespan - 1e-9:
             orders, timing = patterned, pattern_timing
             cand = _Schedule(cand.problem, orders, timing, cand.routes)
         distinct = len({tr.arc for tr in cand.problem.transfers} & inst.unique_links)
         joined.append((round(timing.makespan, 9), sign * distinct, cand.timing.makespan, len(joined), cand))
     best = min(joined)[-1]
+    if inst.groupable:
+        cut = pattern_deadline is not None and time.perf_counter() >= pattern_deadline
+        stages.append(StageReport("group patterns", time.perf_counter() - started, "stopped" if cut else "heuristic",
+                                  objective=best.timing.makespan,
+                                  note=f"inter-node groups for {len(candidates)} candidate schedules"
+                                  + ("; patterns skipped: a schedule is at the lower bound" if at_bound else "")
+                                  + ("; stopped at its share of the budget" if cut else "")))
     return best, lower
 
 
-def _schedule(schedule: _Schedule, solver: str, time_limit: float | None, gap: float, stages: list[StageReport],
-              label: str, rounds: int = 3) -> _Schedule:
+def _schedule(schedule: _Schedule, solver: str, clock: _Clock, gap: float, stages: list[StageReport],
+              label: str, *, lower: float | None = None, reserve: float = RESERVE_AFTER_SCHEDULE,
+              rounds: int = 3) -> _Schedule:
     """Stage 3: exact times for fixed orders, and joins of inter-node transfers. When chunks were
-    joined, the orders are rebuilt around the groups and the model solved again (up to `rounds`)."""
+    joined, the orders are rebuilt around the groups and the model solved again (up to `rounds`).
+    `lower` (a proven bound on every schedule) skips the stage when the schedule is already within
+    the gap of it, and bounds the model's makespan from below so that the solver stops on reaching it."""
     best = schedule
     for round_ in range(rounds):
+        name = f"{label} " + "{kind}" + (f" (round {round_ + 1})" if round_ else "")
+        if _within_gap(best.timing.makespan, lower, gap):
+            stages.append(StageReport(name.format(kind="MILP"), 0.0, "skipped", best.timing.makespan, lower,
+                                      solver=solver, note="the schedule is within the gap of the lower bound"))
+            break
+        left = clock.left()
+        if round_ and left is not None and left <= reserve * float(clock.total) + MIN_STAGE_SECONDS:
+            break  # the budget is spent: keep the rounds done so far
         started = time.perf_counter()
         sm = build_schedule_model(best.problem, best.orders, best.timing.makespan)
+        if lower is not None:
+            # valid for every schedule in the sketch; lets the solver's gap test close on the bound
+            sm.model.set_bounds(sm.makespan_col, max(0.0, lower * (1 - 1e-7) - 1e-9),
+                                sm.model.column_bounds(sm.makespan_col)[1])
         joined, joined_timing = greedy_joins(best.problem, replace(best.orders, joins=frozenset()))
         warm = schedule_start(best.problem, sm, joined, joined_timing)
         if joined_timing.makespan > best.timing.makespan or sm.model.violation(warm) > 1e-6:
             warm = schedule_start(best.problem, sm, best.orders, best.timing)
-        result = sm.model.solve(solver, time_limit=time_limit, gap=gap, warm_start=warm)
+        result = sm.model.solve(solver, time_limit=clock.stage_limit(reserve), gap=gap, warm_start=warm)
         seconds = time.perf_counter() - started
         kind = "MILP" if sm.join_col else "LP"
         note = f"{len(sm.join_col)} join candidates"
@@ -306,9 +399,8 @@ def _schedule(schedule: _Schedule, solver: str, time_limit: float | None, gap: f
                 improved = improved or timing.makespan < best.timing.makespan - 1e-9
                 best = _Schedule(best.problem, orders, timing, best.routes)
             note += f", {len(best.orders.joins)} joined"
-        stages.append(StageReport(f"{label} {kind}" + (f" (round {round_ + 1})" if round_ else ""), seconds,
-                                  result.status, result.objective, result.bound, result.gap, solver, sm.model.size(),
-                                  note))
+        stages.append(StageReport(name.format(kind=kind), seconds, result.status, result.objective, result.bound,
+                                  result.gap, solver, sm.model.size(), note))
         if not best.orders.joins:
             break
         # reorder what follows each group, knowing when the group arrives
@@ -446,7 +538,10 @@ def synthesize_milp(topology: Topology, collective: str | Collective, sketch: Sk
                     root: int | None = None) -> MilpResult:
     """Synthesize a schedule for `collective` on `topology` within `sketch` (module docstring).
 
-    `time_limit` is per MILP stage, in seconds; a stopped stage keeps its best answer and its proven gap."""
+    `time_limit` is the wall-clock budget of the whole run, in seconds (None: no limit): MILP stages
+    share what is left, a stopped stage keeps its best answer, and the result reports the proven gap
+    and whether the budget cut a stage short (`MilpResult.time_limited`). Without a binding limit the
+    result is deterministic."""
     if solver not in SOLVERS:
         raise SolverError(f"unknown solver {solver!r}; use cbc or highs")
     if size_bytes <= 0:
@@ -463,35 +558,36 @@ def synthesize_milp(topology: Topology, collective: str | Collective, sketch: Sk
     chunk_bytes = size_bytes / sketch.chunkup
     stages: list[StageReport] = []
     started = time.perf_counter()
+    clock = _Clock(started, time_limit, solver)
 
     if not target.combining:
         inst = build_instance(topology, target, sketch, chunk_bytes)
-        best, lower = _route_and_order(inst, solver, time_limit, gap, stages)
-        final = _schedule(best, solver, time_limit, gap, stages, "schedule")
+        best, lower = _route_and_order(inst, solver, clock, gap, stages)
+        final = _schedule(best, solver, clock, gap, stages, "schedule", lower=lower)
         problem, timing = final.problem, final.timing
     elif key in _DUALS:
         dual = make_collective(_DUALS[key], topology.num_ranks, sketch.chunkup, root=target.root)
         inst = build_instance(topology, dual, sketch, chunk_bytes)
-        best, _ = _route_and_order(inst, solver, time_limit, gap, stages)
-        forward = _schedule(best, solver, time_limit, gap, stages, "schedule (dual)")
+        best, dual_lower = _route_and_order(inst, solver, clock, gap, stages)
+        forward = _schedule(best, solver, clock, gap, stages, "schedule (dual)", lower=dual_lower, reserve=0.15)
         reversed_problem = _reverse(forward, inst)
         orders = _mirror(forward, reversed_problem)
         mirrored = _Schedule(reversed_problem, orders, evaluate(reversed_problem, orders))
-        final = _schedule(mirrored, solver, time_limit, gap, stages, "reduce schedule")
+        final = _schedule(mirrored, solver, clock, gap, stages, "reduce schedule")
         problem, timing = final.problem, final.timing
         lower = None  # the routing bound is for the non-combining dual
     elif key == "allreduce":
         gather = make_collective("allgather", topology.num_ranks, sketch.chunkup)
         inst = build_instance(topology, gather, sketch, chunk_bytes)
-        best, _ = _route_and_order(inst, solver, time_limit, gap, stages)
-        forward = _schedule(best, solver, time_limit, gap, stages, "allgather")
+        best, gather_lower = _route_and_order(inst, solver, clock, gap, stages)
+        forward = _schedule(best, solver, clock, gap, stages, "allgather", lower=gather_lower, reserve=0.15)
         reversed_problem = _reverse(forward, inst)
         orders = _mirror(forward, reversed_problem)
         reduce = _Schedule(reversed_problem, orders, evaluate(reversed_problem, orders))
         owners = {c: inst.chunks[c].sources[0] for c in range(len(inst.chunks))}
         problem, orders = _concatenate(reduce, forward, owners)
         merged = _Schedule(problem, orders, evaluate(problem, orders))
-        final = _schedule(merged, solver, time_limit, gap, stages, "allreduce")
+        final = _schedule(merged, solver, clock, gap, stages, "allreduce")
         problem, timing = final.problem, final.timing
         lower = None  # the routing bound holds for the AllGather half only
     else:
@@ -505,18 +601,20 @@ def synthesize_milp(topology: Topology, collective: str | Collective, sketch: Sk
                                      f"{timing.makespan:.6f} us")
         lower = timing.makespan
     total = time.perf_counter() - started
+    limited = time_limit is not None and any(s.status in ("feasible", "no_solution", "stopped") for s in stages)
     provenance = {
         "synthesizer": "milp", "solver": solver, "sketch": sketch.name or str(sketch), "size_bytes": size_bytes,
         "chunk_bytes": chunk_bytes, "predicted_us": round(timing.makespan, 6),
         "lower_bound_us": None if lower is None else round(lower, 6), "seconds": round(total, 3),
-        "stages": [s.to_dict() for s in stages],
+        "time_limit_s": time_limit, "time_limited": limited, "stages": [s.to_dict() for s in stages],
     }
     algo_name = f"milp_{target.name}_{topology.name}_{sketch.name or 'sketch'}".replace(":", "_").replace("/", "_")
     algorithm = _algorithm(algo_name, topology, target, problem, timing, provenance)
     started_verify = time.perf_counter()
     verify(algorithm)
     stages.append(StageReport("verify", time.perf_counter() - started_verify, "ok"))
-    return MilpResult(algorithm, timing.makespan, lower, tuple(stages), size_bytes, chunk_bytes, solver, sketch)
+    return MilpResult(algorithm, timing.makespan, lower, tuple(stages), size_bytes, chunk_bytes, solver, sketch,
+                      time_limit, limited, time.perf_counter() - started)
 
 
 # --- report --------------------------------------------------------------------------------------
@@ -545,6 +643,7 @@ def write_report(result: MilpResult, directory: str | os.PathLike[str]) -> list[
     written.append(write_atomic(out / "timeline.txt", text + "\n"))
     written.append(write_atomic(out / "algorithm.json", result.algorithm.to_json()))
     report = {"predicted_us": result.predicted_us, "lower_bound_us": result.lower_bound_us, "gap": result.gap,
+              "time_limit_s": result.time_limit, "time_limited": result.time_limited, "seconds": result.seconds,
               "solver": result.solver, "size_bytes": result.size_bytes, "chunk_bytes": result.chunk_bytes,
               "stages": [s.to_dict() for s in result.stages]}
     written.append(write_atomic(out / "report.json", json.dumps(report, indent=1)))

@@ -133,3 +133,16 @@ def test_pattern_joins_are_never_worse_and_deterministic():
     assert first[1].makespan <= min(timing.makespan, greedy_joins(problem, orders)[1].makespan) + 1e-9
     assert first == second
     assert evaluate(problem, first[0]).makespan == pytest.approx(first[1].makespan)
+
+
+def test_last_group_spread_sees_a_group_that_must_spread_from_one_gpu():
+    """Quad, one IB pair: a last IB transfer of several chunks leaves them all at one GPU, whose links send
+    one chunk at a time; a last transfer of one chunk costs an extra alpha. The bound weighs both, is
+    above drain_then_spread (which charges the spread of one chunk after the fewest transfers), and the
+    heuristics reach it."""
+    _, inst = _instance(*CASES[2][1:])
+    bounds = sketch_lower_bounds(inst)
+    last = max(b.value for b in bounds if b.family == "last_group_spread")
+    drain = max(b.value for b in bounds if b.family == "drain_then_spread")
+    assert last > drain + 1.0
+    assert last == pytest.approx(min(_heuristic_makespans(inst)))

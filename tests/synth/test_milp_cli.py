@@ -34,6 +34,7 @@ def test_synth_milp_writes_algorithm_and_report(cli_runner, files):
                                       "--report", str(tmp / "rep"), "--taccl-costs", "--timeline"])
     assert result.exit_code == 0, result.output
     assert "routing MILP" in result.output and "predicted time 69.000 us" in result.output
+    assert "budget 30 s for the whole run" in result.output  # --time-limit is the budget of the whole run
     assert "0->1 |" in result.output  # the text timeline
     algo = Algorithm.load(out)
     verify(algo)

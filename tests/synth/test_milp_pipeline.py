@@ -92,6 +92,47 @@ def test_two_nodes_relay_and_send_together():
     assert len(starts) == 4
 
 
+SK1_NDV2_TWO_NODES = {"nnodes": 2, "intranode_sketch": {"strategy": "none"},
+                      "internode_sketch": {"strategy": "relay", "internode_conn": {"0": [1]}},
+                      "symmetry_offsets": [[8, 16]], "hyperparameters": {"input_chunkup": 1}}
+
+
+@pytest.mark.parametrize("solver", ["highs", "cbc"])
+def test_time_limit_is_the_budget_of_the_whole_run(solver):
+    """NDv2 two-node AllToAll: its scheduling MILP alone runs 10-60 s; with a 3 s budget for the whole run
+    the result is still a verified schedule with a proven gap, returned in about the budget."""
+    import time
+
+    topo = load_taccl_profile(NDV2_1MB, name="ndv2", num_nodes=2)
+    budget = 3.0
+    started = time.perf_counter()
+    result = synthesize_milp(topo, "alltoall", sketch_from_taccl(SK1_NDV2_TWO_NODES), MB, solver=solver,
+                             time_limit=budget)
+    elapsed = time.perf_counter() - started
+    verify(result.algorithm)
+    assert elapsed < budget + 15  # behaviour, not speed: a loaded machine, CBC's stop grace
+    assert result.gap is not None and 0 <= result.gap < 0.05
+    assert result.lower_bound_us <= result.predicted_us
+    milps = [s for s in result.stages if s.size is not None]
+    assert result.time_limited == any(s.status in ("feasible", "stopped") for s in result.stages)
+    assert result.time_limited or all(s.status == "optimal" for s in milps)
+    assert "for the whole run" in result.summary()
+    assert result.algorithm.provenance["time_limited"] == result.time_limited
+
+
+def test_a_stage_already_at_the_bound_is_skipped():
+    """Two GPUs per node, one IB pair: a greedy schedule meets the sketch bound, so neither MILP runs."""
+    duo = {"name": "duo_1MB", "gpus_per_node": 2, "nics_per_node": 1, "alpha": 0.5, "node_betas_list": [20],
+           "node_invbws_list": [20], "remote_alpha": 5.0, "remote_beta": 60.0, "remote_invbw": 65}
+    topo = load_taccl_profile(duo, name="duo", num_nodes=2)
+    sketch = Sketch(num_nodes=2, inter_strategy="relay", connections=((0, 0),))
+    result = synthesize_milp(topo, "allgather", sketch, MB, solver="highs", time_limit=30)
+    verify(result.algorithm)
+    statuses = {s.name: s.status for s in result.stages}
+    assert statuses["routing MILP"] == "skipped" and statuses["schedule MILP"] == "skipped"
+    assert result.gap == 0.0 and not result.time_limited
+
+
 def test_switch_sketch_with_few_connections_uses_a_ring():
     sketch = Sketch(intra_strategy="switch", switches=(SwitchSketch(tuple(range(6)), "min"),), symmetry=((1, 6),))
     result = synthesize_milp(fully_connected(6), "allgather", sketch, 1024, solver="highs")
