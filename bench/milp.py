@@ -60,6 +60,8 @@ CASES = (
          "compact rewrite: CBC no solution in 600 s; HiGHS incumbent at IB bound, gap open", True),
     Case("NDv2 2n AllGather 1MB total", "topo-ndv2-1MB", "sk1-ndv2-n2", "allgather", MB // 16, "ours",
          "TE-CCL paper: TE-CCL 48.75 us, TACCL 62.15 us", True),
+    Case("NDv2 2n AllGather 1MB total", "topo-ndv2-1MB", "sk1-ndv2-n2", "allgather", MB // 16, "taccl",
+         "the same under the TACCL profile's costs", True),
     Case("NDv2 2n AllGather 1MB (sk2)", "topo-ndv2-1MB", "sk2-ndv2-n2", "allgather", MB, "ours", "", True),
     Case("NDv2 2n AllToAll 1MB", "topo-ndv2-1MB", "sk1-ndv2-n2", "alltoall", MB, "ours", "", True),
     Case("DGX-2 2n AllGather 1MB", "topo-dgx2-1MB", "sk1-dgx2-n2", "allgather", MB, "ours", "", True),
