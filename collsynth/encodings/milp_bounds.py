@@ -263,6 +263,17 @@ def _last_push_time(inst: RoutingInstance, budget: frozenset[Arc], heads: Mappin
     return best
 
 
+def group_spread_time(inst: RoutingInstance, chunks: list[int], v: int, node: int) -> float:
+    # group_spread_time(G, v) = max(max_{c in G} spread(c, v), group_spread(G, g = |G|))
+    """A lower bound on the time for all of `chunks`, held in `node` by v alone (and nobody else there),
+    to reach all their targets in the node: each chunk's own spread, and the slots out of v that the
+    group needs together (valid by the arguments of `_spread_time` and `_group_spread`)."""
+    if not chunks:
+        return 0.0
+    own = max(_spread_time(inst, c, v, node) for c in chunks)
+    return max(own, _group_spread(inst, list(chunks), v, node, len(chunks)))
+
+
 def _group_spread(inst: RoutingInstance, chunks: list[int], v: int, node: int, g: int) -> float:
     # group_spread(g) = max_u m_u-th smallest of {(j - 1) p_ch + min_x [cost(v, x) + dist(x, u)]: channel ch, j >= 1}
     """A lower bound on the time for any g of `chunks`, held in `node` by v alone, to reach all their

@@ -373,28 +373,24 @@ def _compositions(n: int, most: int):
             yield (first,) + rest
 
 
-def pattern_joins(problem: ScheduleProblem, orders: Orders, *, longest: int = 10, keep: int = 4,
-                  rules: tuple[str, ...] = RULES, deadline: float | None = None) -> tuple[Orders, Timing]:
-    """Try every way of cutting the inter-node links' sequences into groups (the same group sizes on every
-    link with as many transfers, as symmetric links have), for sequences of at most `longest`; the `keep`
-    best are list-scheduled again around their groups. Returns the best orders found (maybe `orders`).
-    At `deadline` (a time.perf_counter() value) it stops trying and keeps what it has."""
-    best_orders, best = orders, evaluate(problem, orders)
+def pattern_trials(problem: ScheduleProblem, orders: Orders, *, longest: int = 10,
+                   deadline: float | None = None):
+    """Every way of cutting the inter-node links' sequences into groups (the same group sizes on every
+    link with as many transfers, as symmetric links have), for sequences of at most `longest`, as
+    (group sizes, orders with those joins) in a fixed order; only cuts whose joined pairs are
+    consecutive on every budget of their link and independent. Stops at `deadline` (perf_counter)."""
     if problem.max_together < 2:
-        return best_orders, best
+        return
     by_length: dict[int, list[Arc]] = {}
     for arc, seq in orders.links.items():
         if arc in problem.groupable and 1 < len(seq) <= longest:
             by_length.setdefault(len(seq), []).append(arc)
-    if not by_length:
-        return best_orders, best
     budgets = problem.resources_of
     position = [{t: i for i, t in enumerate(seq)} for seq in orders.resources]
-    tried: list[tuple[float, int, Orders]] = []
     for n, arcs in sorted(by_length.items()):
         for sizes in _compositions(n, problem.max_together):
             if deadline is not None and time.perf_counter() >= deadline:
-                break
+                return
             joins = set(orders.joins) - {t for a in arcs for t in orders.links[a]}
             for a in arcs:
                 seq, pos = orders.links[a], 0
@@ -407,12 +403,22 @@ def pattern_joins(problem: ScheduleProblem, orders: Orders, *, longest: int = 10
                    for a in arcs for prev, nxt in zip(orders.links[a], orders.links[a][1:], strict=False)
                    if nxt in joins):
                 continue
-            trial = replace(orders, joins=frozenset(joins))
-            try:
-                timing = evaluate(problem, trial)
-            except ScheduleError:
-                continue
-            tried.append((round(timing.makespan, 9), len(tried), trial))
+            yield sizes, replace(orders, joins=frozenset(joins))
+
+
+def pattern_joins(problem: ScheduleProblem, orders: Orders, *, longest: int = 10, keep: int = 4,
+                  rules: tuple[str, ...] = RULES, deadline: float | None = None) -> tuple[Orders, Timing]:
+    """Try every cut of `pattern_trials`; the `keep` best are list-scheduled again around their groups.
+    Returns the best orders found (maybe `orders`). At `deadline` (a time.perf_counter() value) it stops
+    trying and keeps what it has."""
+    best_orders, best = orders, evaluate(problem, orders)
+    tried: list[tuple[float, int, Orders]] = []
+    for _, trial in pattern_trials(problem, orders, longest=longest, deadline=deadline):
+        try:
+            timing = evaluate(problem, trial)
+        except ScheduleError:
+            continue
+        tried.append((round(timing.makespan, 9), len(tried), trial))
     for makespan, _, trial in sorted(tried)[:keep]:
         if makespan < best.makespan - 1e-9:
             best_orders, best = trial, evaluate(problem, trial)

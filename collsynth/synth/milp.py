@@ -54,6 +54,7 @@ from collsynth.encodings.milp_ordering import (
     relist_with_groups,
 )
 from collsynth.encodings.milp_search import improve_routes
+from collsynth.encodings.milp_spread import respread_groups
 from collsynth.encodings.sketch import Sketch
 from collsynth.encodings.taccl_milp import (
     Routes,
@@ -86,6 +87,7 @@ RESERVE_AFTER_ROUTING = 0.35  # ordering, local search, group patterns and the s
 RESERVE_AFTER_ROUTING_ONE_NODE = 0.1  # the scheduling stage is an LP there
 RESERVE_AFTER_SEARCH = 0.25  # group patterns and the scheduling MILP
 RESERVE_AFTER_SCHEDULE = 0.03  # building and verifying the algorithm
+SPREAD_SOLVE_SHARE = 0.4  # the most one spread MILP of the group-spread stage may take
 
 
 class MilpSynthesisError(CollsynthError):
@@ -350,6 +352,21 @@ def _route_and_order(inst: RoutingInstance, solver: str, clock: _Clock, gap: flo
                                   note=f"inter-node groups for {len(candidates)} candidate schedules"
                                   + ("; patterns skipped: a schedule is at the lower bound" if at_bound else "")
                                   + ("; stopped at its share of the budget" if cut else "")))
+    if inst.groupable and best.routes is not None and not _within_gap(best.timing.makespan, lower, gap):
+        # the last inter-node groups re-routed exactly inside their receiving nodes, per group cut
+        started = time.perf_counter()
+        spread_deadline = clock.deadline(RESERVE_AFTER_SEARCH / 2)
+        found = respread_groups(inst, best.routes, best.problem, best.orders, solver=solver, lower=lower,
+                                deadline=spread_deadline,
+                                solve_seconds=None if clock.total is None else SPREAD_SOLVE_SHARE * clock.total)
+        if found is not None:
+            best = _Schedule(found.problem, found.orders, found.timing, found.routes)
+        cut = spread_deadline is not None and time.perf_counter() >= spread_deadline
+        stages.append(StageReport("group spread", time.perf_counter() - started, "stopped" if cut else "heuristic",
+                                  objective=best.timing.makespan, solver=solver,
+                                  note=("improved" if found is not None else "no better cut found")
+                                  + ("" if found is None else f"; {found.tried} cuts tried, {found.solves} spread "
+                                     "MILPs solved") + ("; stopped at its share of the budget" if cut else "")))
     return best, lower
 
 

@@ -88,7 +88,9 @@ def test_two_nodes_relay_and_send_together():
     # sends on one IB link that share a start time went together (alpha paid once)
     starts = [s.start_us for s in ib if s.src == 0]
     schedule = next(s for s in result.stages if s.name.startswith("schedule"))
-    assert schedule.size is not None and schedule.size.integer_columns > 0
+    # the scheduling MILP chooses the joins, unless a schedule already at the sketch bound skips it
+    assert (schedule.size is not None and schedule.size.integer_columns > 0) or (
+        schedule.status == "skipped" and result.gap == pytest.approx(0.0, abs=1e-6))
     assert len(starts) == 4
 
 
