@@ -18,7 +18,9 @@ Symmetry: a topology automorphism that maps the collective to itself maps algori
 orbit of sends: a much smaller problem, and SCCL-style instances usually have symmetric solutions); only
 if that restricted problem is unsatisfiable or slow does the unrestricted problem decide. An unsat answer
 always comes from the unrestricted problem. Solver runs are heavy-tailed, so calls are made in rounds of
-growing time slices with fresh random seeds (restarts) until the caller's time limit.
+growing slices with fresh random seeds (restarts) until the caller's time limit. Slices are measured in z3's
+deterministic resource units, not seconds, so which call answers first (and so which of several optimal
+schedules comes back) does not depend on machine load; only the overall time limit does.
 
 `SCCLEncoding` takes non-combining collectives (`collsynth.synth.problem` turns Reduce / ReduceScatter
 into their non-combining duals on the reversed topology); `AllReduceEncoding` encodes AllReduce directly,
@@ -47,8 +49,12 @@ TIMEOUT = "timeout"
 
 # At most this many non-identity automorphisms are collected (fully connected graphs have n! of them).
 MAX_AUTOMORPHISMS = 8
-# First time slice of the restart schedule, in seconds; slices double.
-FIRST_SLICE_S = 0.5
+# First slice of the restart schedule, in z3 resource units (the "rlimit count" statistic: about 7-8 million
+# a second on the 2-core CI class, so about half a second); slices double. Units, not seconds: the same
+# calls answer on an idle and on a loaded machine.
+FIRST_SLICE_UNITS = 4_000_000
+# z3 reads its "rlimit" parameter as 32 bits (larger values wrap around): slices stop growing here.
+MAX_SLICE_UNITS = 2**32 - 1
 
 SendKey = tuple[int, int, int, int]  # (chunk, src, dst, step)
 COPY_OP = "copy"
@@ -75,6 +81,15 @@ class InstanceOutcome:
     rounds: int
     schedule: Schedule | None
     seconds: float
+
+
+def resource_count(solver: z3.Solver) -> int:
+    """z3's resource counter ("rlimit count"): deterministic work done so far in the solver's context (every
+    solver of a context shares it; the "rlimit" parameter caps one check() relative to it)."""
+    try:
+        return int(solver.statistics().get_key_value("rlimit count"))
+    except z3.Z3Exception:  # not counted yet
+        return 0
 
 
 def reversed_topology(topology: Topology) -> Topology:
@@ -249,9 +264,10 @@ class _StepEncoding:
         return self.steps + sum(len(x) for x in self.extra)
 
     def solve(self, max_rounds: int, time_limit: float | None = None, seed: int = 0,
-              split: Sequence[int] | None = None) -> InstanceOutcome:
+              split: Sequence[int] | None = None, units: int | None = None) -> InstanceOutcome:
         """Look for an algorithm with at most `max_rounds` rounds (with `split`: exactly split[t] rounds in
-        step t); a time-out is reported as such."""
+        step t) within `time_limit` seconds and `units` z3 resource units; running out of either is reported
+        as a time-out."""
         start = time.perf_counter()
         chunks = self.collective.chunks
         if self.infeasible_reason is not None or max_rounds < self.steps:
@@ -263,15 +279,21 @@ class _StepEncoding:
         elif max_rounds < self.max_useful_rounds:
             assumptions.append(self._rounds_guard(max_rounds))
         self.solver.set("timeout", max(1, int(time_limit * 1000)) if time_limit else 4294967295)
+        limit = 0 if units is None else max(1, min(units, MAX_SLICE_UNITS))
+        self.solver.set("rlimit", limit)  # relative to the count at the start of check(); 0: no limit
         self.solver.set("random_seed", seed)
         self.solver.set("ctrl_c", self.interruptible)
+        used_before = resource_count(self.solver)
         answer = self.solver.check(*assumptions)
         seconds = time.perf_counter() - start
         if answer == z3.unsat:
             return InstanceOutcome(UNSAT, chunks, self.steps, max_rounds, None, seconds)
         if answer != z3.sat:
-            # z3 is complete here: "unknown" well before the time limit means Ctrl-C cancelled the search
-            if self.interruptible and (time_limit is None or seconds < 0.9 * time_limit - 0.05):
+            # z3 is complete here and gives the same reason ("canceled") for the resource limit, the time-out
+            # and Ctrl-C: "unknown" with units left, well before the time limit, means Ctrl-C
+            out_of_units = limit > 0 and resource_count(self.solver) - used_before >= limit
+            out_of_time = time_limit is not None and seconds >= 0.9 * time_limit - 0.05
+            if self.interruptible and not out_of_units and not out_of_time:
                 raise KeyboardInterrupt
             return InstanceOutcome(TIMEOUT, chunks, self.steps, max_rounds, None, seconds)
         schedule = self._decode(self.solver.model())
@@ -410,15 +432,18 @@ class InstanceSolver:
     Tasks: per encoding (symmetry-restricted when the instance has symmetries, then the full one), a few
     fixed splits of the R rounds over the steps (balanced first: most of the difficulty of an instance is
     finding a feasible split, and with the split fixed a schedule is found in well under a second) and the
-    open question with any split. Tasks run in rounds of doubling time slices with fresh seeds; an unsat
+    open question with any split. Tasks run in rounds of doubling slices of z3 resource units with fresh
+    seeds (the same answers on a loaded machine; the time limit is only the overall deadline); an unsat
     answer ends a task; only the full encoding's open question (or every split of it) proves unsat.
     Encodings are built on first use and kept for the next question (they keep what they learnt)."""
 
     SPLITS_PER_ENCODING = 6
 
     def __init__(self, topology: Topology, collective: Collective, steps: int, *, use_symmetry: bool = True,
-                 interruptible: bool = True, max_rounds: int | None = None) -> None:
+                 interruptible: bool = True, max_rounds: int | None = None, budget: int | None = None) -> None:
         self.interruptible = interruptible
+        # At most this many z3 resource units per question (then a time-out): a cap on work, not on time.
+        self.budget = budget
         self.max_rounds = max_rounds  # no question will ask for more (keeps the encodings small)
         self.topology = topology
         self.collective = collective
@@ -453,7 +478,8 @@ class InstanceSolver:
         return self.full.max_useful_rounds
 
     def solve(self, max_rounds: int, time_limit: float | None = None) -> InstanceOutcome:
-        """The portfolio answer; unsat only from the unrestricted encoding; timeout after `time_limit`."""
+        """The portfolio answer; unsat only from the unrestricted encoding; timeout after `time_limit` seconds
+        or once the solver's `budget` of resource units is spent."""
         start = time.perf_counter()
         deadline = None if time_limit is None else start + time_limit
         full = len(self._levels) - 1
@@ -461,7 +487,9 @@ class InstanceSolver:
             return self.full.solve(max_rounds)
         if max_rounds >= self.full.max_useful_rounds:
             # Any split will do: the open question is easy. Unlimited rounds are always enough.
-            return _with_seconds(self.full.solve(max_rounds, time_limit), time.perf_counter() - start)
+            outcome = self.full.solve(max_rounds, time_limit, units=self.budget)
+            return _with_seconds(outcome, time.perf_counter() - start)
+        units_at_start = resource_count(self.full.solver)
         splits = list(balanced_splits(max_rounds, [1 + len(x) for x in self.full.extra], self.SPLITS_PER_ENCODING + 1))
         complete = len(splits) <= self.SPLITS_PER_ENCODING  # then refuting every split proves unsat
         splits = splits[:self.SPLITS_PER_ENCODING]
@@ -475,14 +503,18 @@ class InstanceSolver:
                 if task not in tasks:
                     continue
                 left = None if deadline is None else deadline - time.perf_counter()
-                if left is not None and left <= 0:
+                units_left = None if self.budget is None else self.budget - (resource_count(self.full.solver)
+                                                                              - units_at_start)
+                if (left is not None and left <= 0) or (units_left is not None and units_left <= 0):
                     break
                 level, split = task
-                share = FIRST_SLICE_S * 2 ** attempt * (1.0 if split is None and level == full else 0.25)
-                slice_s = share if left is None else min(share, left)
+                share = 1.0 if split is None and level == full else 0.25
+                units: int | None = min(int(FIRST_SLICE_UNITS * share) << attempt, MAX_SLICE_UNITS)
                 if len(tasks) == 1:
-                    slice_s = left  # alone: no reason to cut the run short
-                outcome = self._encoding(level).solve(max_rounds, slice_s, seed=attempt, split=split)
+                    units = None  # alone: no reason to cut the run short
+                if units_left is not None:
+                    units = units_left if units is None else min(units, units_left)
+                outcome = self._encoding(level).solve(max_rounds, left, seed=attempt, split=split, units=units)
                 if outcome.status == SAT:
                     return _with_seconds(outcome, time.perf_counter() - start)
                 if outcome.status != UNSAT:
@@ -499,6 +531,8 @@ class InstanceSolver:
                     self._restricted_unsat[level] = max_rounds
                     tasks = [x for x in tasks if x[0] != level]
             if deadline is not None and time.perf_counter() >= deadline:
+                break
+            if self.budget is not None and resource_count(self.full.solver) - units_at_start >= self.budget:
                 break
         return InstanceOutcome(TIMEOUT, self.collective.chunks, self.steps, max_rounds, None,
                                time.perf_counter() - start)
@@ -665,10 +699,27 @@ def total_rounds(guard: z3.BoolRef, extra: Sequence[Sequence[z3.BoolRef]], max_e
 HasFn = Callable[[int, int, int, int], z3.BoolRef]
 
 
+def _not(x: z3.BoolRef) -> z3.BoolRef:
+    # z3.Not(x) without z3's argument coercion: the same term, built faster (AllReduce builds make ~10^5)
+    return z3.BoolRef(z3.Z3_mk_not(x.ctx.ref(), x.as_ast()), x.ctx)
+
+
+def _or(*args: z3.BoolRef) -> z3.BoolRef:
+    # z3.Or(*args) of Boolean terms without z3's argument coercion: the same term, built faster
+    array = (z3.Ast * len(args))(*[x.as_ast() for x in args])
+    return z3.BoolRef(z3.Z3_mk_or(args[0].ctx.ref(), len(args), array), args[0].ctx)
+
+
+def _and(*args: z3.BoolRef) -> z3.BoolRef:
+    # z3.And(*args) of Boolean terms without z3's argument coercion: the same term, built faster
+    array = (z3.Ast * len(args))(*[x.as_ast() for x in args])
+    return z3.BoolRef(z3.Z3_mk_and(args[0].ctx.ref(), len(args), array), args[0].ctx)
+
+
 def copy_or_reduce(cp: dict[SendKey, z3.BoolRef], rd: dict[SendKey, z3.BoolRef],
                    keys: Sequence[SendKey]) -> list[z3.BoolRef]:
     # not (cp[c,u,v,t] and rd[c,u,v,t]): a send is a copy or a reduction
-    return [z3.Or(z3.Not(cp[k]), z3.Not(rd[k])) for k in keys]
+    return [_or(_not(cp[k]), _not(rd[k])) for k in keys]
 
 
 def single_copy_in(cp: dict[SendKey, z3.BoolRef], rd: dict[SendKey, z3.BoolRef], senders: dict[int, Sequence[int]],
@@ -679,9 +730,10 @@ def single_copy_in(cp: dict[SendKey, z3.BoolRef], rd: dict[SendKey, z3.BoolRef],
         copies = [cp[(c, u, v, t)] for u in senders[v]]
         if len(copies) > 1:
             constraints.append(z3.AtMost(*copies, 1))
+        no_reduction = [_not(rd[(c, w, v, t)]) for w in senders[v]]
         for u in senders[v]:
-            for w in senders[v]:
-                constraints.append(z3.Or(z3.Not(cp[(c, u, v, t)]), z3.Not(rd[(c, w, v, t)])))
+            no_copy = _not(cp[(c, u, v, t)])
+            constraints += [_or(no_copy, x) for x in no_reduction]
     return constraints
 
 
@@ -691,12 +743,12 @@ def no_double_count(rd: dict[SendKey, z3.BoolRef], has: HasFn, senders: dict[int
     # rd[c,u,v,t] and rd[c,w,v,t] -> not (has[c,u,t,j] and has[c,w,t,j])
     clauses = []
     for c, v, t in pairs:
+        no_rd = {u: _not(rd[(c, u, v, t)]) for u in senders[v]}
+        lacks = {(u, j): _not(has(c, u, t, j)) for u in (v, *senders[v]) for j in range(ranks)}
         for i, u in enumerate(senders[v]):
             for j in range(ranks):
-                clauses.append(z3.Or(z3.Not(rd[(c, u, v, t)]), z3.Not(has(c, u, t, j)), z3.Not(has(c, v, t, j))))
-                for w in senders[v][i + 1:]:
-                    clauses.append(z3.Or(z3.Not(rd[(c, u, v, t)]), z3.Not(rd[(c, w, v, t)]), z3.Not(has(c, u, t, j)),
-                                         z3.Not(has(c, w, t, j))))
+                clauses.append(_or(no_rd[u], lacks[(u, j)], lacks[(v, j)]))
+                clauses += [_or(no_rd[u], no_rd[w], lacks[(u, j)], lacks[(w, j)]) for w in senders[v][i + 1:]]
     return clauses
 
 
@@ -705,11 +757,16 @@ def contributions_flow(cp: dict[SendKey, z3.BoolRef], rd: dict[SendKey, z3.BoolR
                        keys: Sequence[tuple[int, int, int, int]]) -> list[z3.BoolRef]:
     # has[c,v,t+1,j] = (has[c,v,t,j] and no copy into v) or OR_u ((cp or rd)[c,u,v,t] and has[c,u,t,j])
     constraints = []
+    not_copied: dict[tuple[int, int, int], z3.BoolRef] = {}  # the same terms for every j: built once
+    sent: dict[SendKey, z3.BoolRef] = {}
     for c, v, step, j in keys:
         t = step - 1
-        copied = z3.Or(*[cp[(c, u, v, t)] for u in senders[v]]) if senders[v] else z3.BoolVal(False)
-        arriving = [z3.And(z3.Or(cp[(c, u, v, t)], rd[(c, u, v, t)]), has(c, u, t, j)) for u in senders[v]]
-        constraints.append(has(c, v, step, j) == z3.Or(z3.And(has(c, v, t, j), z3.Not(copied)), *arriving))
+        if (c, v, t) not in not_copied:
+            copied = _or(*[cp[(c, u, v, t)] for u in senders[v]]) if senders[v] else z3.BoolVal(False)
+            not_copied[(c, v, t)] = _not(copied)
+            sent.update({(c, u, v, t): _or(cp[(c, u, v, t)], rd[(c, u, v, t)]) for u in senders[v]})
+        arriving = [_and(sent[(c, u, v, t)], has(c, u, t, j)) for u in senders[v]]
+        constraints.append(has(c, v, step, j) == _or(_and(has(c, v, t, j), not_copied[(c, v, t)]), *arriving))
     return constraints
 
 

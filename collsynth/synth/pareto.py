@@ -63,8 +63,10 @@ from collsynth.synth.problem import (
 from collsynth.topologies import Topology
 
 # The direct AllReduce encoding is much harder than the composition it tries to beat: its calls get at most
-# this many seconds, and its sweep ends at the first chunk count that found nothing new and timed out.
-DIRECT_TIME_LIMIT_S = 10.0
+# this many z3 resource units of search (about 5 s on the 2-core CI class, 10 s with building the encodings;
+# units, so that the same calls time out on an idle and on a loaded machine), and its sweep ends at the first
+# chunk count that found nothing new and timed out.
+DIRECT_BUDGET_UNITS = 40_000_000
 
 OPTIMAL = "optimal"
 FEASIBLE = "feasible"
@@ -200,8 +202,6 @@ class _Sweep:
             bounds = lower_bound_steps(topology, base), lower_bound_rounds_per_chunk(topology, base)
         self.steps_lb, self.ratio_lb = bounds
         self.max_chunks, self.time_limit, self.jobs = max_chunks, time_limit, jobs
-        if part == "direct":
-            self.time_limit = DIRECT_TIME_LIMIT_S if time_limit is None else min(time_limit, DIRECT_TIME_LIMIT_S)
         self.max_steps = max_steps if max_steps is not None else self.steps_lb + topology.num_ranks
         self.notify, self.part = notify, part
         self.points: list[ParetoPoint] = []
@@ -326,7 +326,8 @@ def explore_chunks(topology: Topology, collective: Collective, steps_lb: int, ra
             upper = greedy_rounds
         else:
             greedy = None
-        solver = InstanceSolver(topology, collective, steps, interruptible=interruptible, max_rounds=upper)
+        solver = InstanceSolver(topology, collective, steps, interruptible=interruptible, max_rounds=upper,
+                                budget=DIRECT_BUDGET_UNITS if part == "direct" else None)
         best, proven, tried = least_rounds(solver, lower, upper, time_limit, part, record)
         if best is None and greedy is not None and tried[-1].result == TIMEOUT:
             best = InstanceOutcome(SAT, chunks, steps, upper, greedy, 0.0)

@@ -1,0 +1,97 @@
+"""The SMT portfolio's slices are z3 resource units, not seconds: the same answers on an idle and a loaded machine."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from collsynth.collectives import make_collective
+from collsynth.encodings.sccl_z3 import SAT, TIMEOUT, InstanceSolver, SCCLEncoding, resource_count
+from collsynth.topologies import dgx1
+
+# Runs one portfolio question in a fresh process (z3's answers also depend on what its process solved before)
+# with tiny slices, so that many tasks race and time out before one answers, and prints what happened.
+RACE = """
+import json
+from collsynth.collectives import make_collective
+from collsynth.encodings import sccl_z3
+from collsynth.topologies import dgx1
+
+sccl_z3.FIRST_SLICE_UNITS = 20_000
+calls = []
+solve = sccl_z3._StepEncoding.solve
+
+def recorded(self, *args, **kwargs):
+    outcome = solve(self, *args, **kwargs)
+    calls.append([len(self.symmetries), kwargs.get("split"), kwargs.get("seed"), outcome.status])
+    return outcome
+
+sccl_z3._StepEncoding.solve = recorded
+outcome = sccl_z3.InstanceSolver(dgx1(), make_collective("allgather", 8, 6), 3).solve(7, 120)
+print(json.dumps({"status": outcome.status, "schedule": outcome.schedule, "calls": calls}))
+"""
+
+
+def race(nice: int = 0) -> dict:
+    command = [sys.executable, "-c", RACE]
+    if nice:
+        command = ["nice", "-n", str(nice), *command]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(done.stdout)
+
+
+@pytest.mark.skipif(shutil.which("nice") is None, reason="needs nice")
+def test_same_answer_idle_and_under_load():
+    idle = race()
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # competes for the CPU meanwhile
+    try:
+        loaded = race(nice=5)
+    finally:
+        hog.kill()
+        hog.wait()
+    assert idle["status"] == SAT
+    assert sum(1 for call in idle["calls"] if call[3] == TIMEOUT) >= 5  # a real race between tasks
+    assert loaded["calls"] == idle["calls"]
+    assert loaded["schedule"] == idle["schedule"]
+
+
+def test_resource_limit_counts_from_each_call():
+    enc = SCCLEncoding(dgx1(), make_collective("alltoall", 8, 8), 3)
+    for seed in range(2):
+        before = resource_count(enc.solver)
+        outcome = enc.solve(21, time_limit=60, seed=seed, units=300_000)
+        spent = resource_count(enc.solver) - before
+        # out of units is a time-out, not Ctrl-C; the limit is relative to the count at the call's start
+        assert outcome.status == TIMEOUT
+        assert 300_000 <= spent < 3_000_000
+        assert outcome.seconds < 30
+
+
+def test_budget_caps_a_question():
+    solver = InstanceSolver(dgx1(), make_collective("alltoall", 8, 8), 3, budget=2_000_000)
+    before = resource_count(solver.full.solver)
+    outcome = solver.solve(21, time_limit=60)
+    assert outcome.status == TIMEOUT and outcome.seconds < 30
+    assert 2_000_000 <= resource_count(solver.full.solver) - before < 20_000_000
+
+
+@pytest.mark.skipif(os.name != "posix", reason="sends SIGINT to itself")
+def test_ctrl_c_still_interrupts_a_search():
+    # proving this unsat takes far longer than the test: only Ctrl-C ends the call early
+    solver = InstanceSolver(dgx1(), make_collective("alltoall", 8, 8), 3)
+    solver.full  # noqa: B018 -- build the encodings before the timer starts
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    start = time.perf_counter()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            solver.solve(21, time_limit=60)
+    finally:
+        timer.cancel()
+    assert time.perf_counter() - start < 20
