@@ -21,12 +21,11 @@ cross into N at least once over an *entry* arc (u, v), u outside N, v in N):
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from collsynth.encodings.milp_instance import Arc, RoutingInstance
+from collsynth.encodings.milp_instance import Arc, RoutingInstance, arc_adjacency, shortest_times
 
 INF = math.inf
 
@@ -77,22 +76,9 @@ def chunk_heads(inst: RoutingInstance) -> dict[tuple[int, Arc], float]:
 
 def _shortest_times(inst: RoutingInstance, c: int, starts, within: int | None = None) -> dict[int, float]:
     """Dijkstra over chunk c's links (only links inside node `within` when given)."""
-    out: dict[int, list[Arc]] = {}
-    for a in inst.chunks[c].arcs:
-        if within is None or (inst.node_of(a[0]) == within and inst.node_of(a[1]) == within):
-            out.setdefault(a[0], []).append(a)
-    dist = {s: 0.0 for s in starts}
-    heap = [(0.0, s) for s in starts]
-    while heap:
-        d, u = heapq.heappop(heap)
-        if d > dist.get(u, INF):
-            continue
-        for a in out.get(u, ()):
-            nd = d + inst.link_cost[a]
-            if nd < dist.get(a[1], INF):
-                dist[a[1]] = nd
-                heapq.heappush(heap, (nd, a[1]))
-    return dist
+    arcs = [a for a in inst.chunks[c].arcs
+            if within is None or (inst.node_of(a[0]) == within and inst.node_of(a[1]) == within)]
+    return shortest_times(arc_adjacency(arcs, inst.link_cost), starts)
 
 
 def _remote_chunks(inst: RoutingInstance, node: int) -> list[int]:
@@ -293,11 +279,9 @@ def _group_spread(inst: RoutingInstance, chunks: list[int], v: int, node: int, g
     for a in out_of_v:
         ports = [r for r in inst.resources_of.get(a, ()) if inst.resources[r].port == "out"]
         channels.setdefault(("port", ports[0]) if ports else ("link", a), []).append(a)
-    adjacency: dict[int, list[Arc]] = {}
-    for a in inside:
-        adjacency.setdefault(a[0], []).append(a)
+    adjacency = arc_adjacency(inside, inst.link_cost)
     targets = sorted({u for c in chunks for u in inst.chunks[c].targets if inst.node_of(u) == node and u != v})
-    dist = {x: _dijkstra(inst, adjacency, x) for x in sorted({a[1] for a in out_of_v})}
+    dist = {x: shortest_times(adjacency, (x,)) for x in sorted({a[1] for a in out_of_v})}
     worst = 0.0
     for u in targets:
         need = g - sum(1 for c in chunks if u not in inst.chunks[c].targets)
@@ -312,21 +296,6 @@ def _group_spread(inst: RoutingInstance, chunks: list[int], v: int, node: int, g
         slots.sort()
         worst = max(worst, slots[need - 1] if len(slots) >= need else INF)
     return worst
-
-
-def _dijkstra(inst: RoutingInstance, adjacency: Mapping[int, list[Arc]], start: int) -> dict[int, float]:
-    dist = {start: 0.0}
-    heap = [(0.0, start)]
-    while heap:
-        d, u = heapq.heappop(heap)
-        if d > dist.get(u, INF):
-            continue
-        for a in adjacency.get(u, ()):
-            nd = d + inst.link_cost[a]
-            if nd < dist.get(a[1], INF):
-                dist[a[1]] = nd
-                heapq.heappush(heap, (nd, a[1]))
-    return dist
 
 
 def _entry_times(inst: RoutingInstance, node: int, budgets: Mapping[str, frozenset[Arc]],

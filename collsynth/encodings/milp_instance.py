@@ -14,8 +14,9 @@ links that can lie on its path there (`ChunkRoutes.paths_to`); see `encodings/sk
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from types import MappingProxyType
@@ -300,3 +301,28 @@ def _symmetry(topology: Topology, collective: Collective, sketch: Sketch, chunks
                     nxt.append(index[rp])
         frontier = nxt
     return Symmetry(tuple(rank_perms), tuple(chunk_perms))
+
+
+def shortest_times(adjacency: Mapping[int, Iterable[tuple[int, float]]], sources: Iterable[int]) -> dict[int, float]:
+    """Dijkstra from several sources: the earliest time each reachable rank can be reached (adjacency:
+    rank -> (next rank, cost) pairs). One implementation for every MILP bound and heuristic."""
+    dist = {s: 0.0 for s in sources}
+    heap = [(0.0, s) for s in dist]
+    heapq.heapify(heap)
+    while heap:
+        d, u = heapq.heappop(heap)
+        if d > dist.get(u, float("inf")):
+            continue
+        for v, w in adjacency.get(u, ()):
+            if d + w < dist.get(v, float("inf")):
+                dist[v] = d + w
+                heapq.heappush(heap, (d + w, v))
+    return dist
+
+
+def arc_adjacency(arcs: Iterable[Arc], cost: Mapping[Arc, float]) -> dict[int, list[tuple[int, float]]]:
+    """rank -> (next rank, cost) over `arcs`, the input `shortest_times` takes."""
+    out: dict[int, list[tuple[int, float]]] = {}
+    for a in arcs:
+        out.setdefault(a[0], []).append((a[1], cost[a]))
+    return out

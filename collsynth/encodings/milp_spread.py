@@ -20,7 +20,6 @@ verifies it like any other.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import math
 import time
@@ -29,7 +28,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from collsynth.encodings.milp_bounds import group_spread_time
-from collsynth.encodings.milp_instance import Arc, RoutingInstance
+from collsynth.encodings.milp_instance import Arc, RoutingInstance, arc_adjacency, shortest_times
 from collsynth.encodings.milp_model import MilpModel
 from collsynth.encodings.milp_ordering import Orders, ScheduleError, ScheduleProblem, Timing, evaluate, pattern_trials
 from collsynth.encodings.taccl_milp import Routes, RoutingError, check_routes, transfers_from_routes
@@ -193,7 +192,7 @@ def _spread_model(sp: SpreadProblem, upper: float, lower: float):
     big-M is the widest gap its row's windows allow."""
     n = len(sp.chunks)
     horizon = upper
-    dist = [_distances(sp.entry[i], sp.arcs_of[i], sp.cost) for i in range(n)]
+    dist = [shortest_times(arc_adjacency(sp.arcs_of[i], sp.cost), (sp.entry[i],)) for i in range(n)]
     usable = [tuple(a for a in sp.arcs_of[i] if a[0] in dist[i] and
                     sp.ready[i] + dist[i][a[0]] + sp.cost[a] <= horizon + EPS) for i in range(n)]
     if not any(usable):
@@ -274,23 +273,6 @@ def _spread_model(sp: SpreadProblem, upper: float, lower: float):
         m.add_row("around_fixed", [s[i, a], z, x[i, a]], [1.0, -after, -after], lo=e - 2 * after)
         m.add_row("around_fixed", [s[i, a], z, x[i, a]], [1.0, -before, before], hi=b - sp.cost[a] + before)
     return m, x, s
-
-
-def _distances(start: int, arcs: tuple[Arc, ...], cost: Mapping[Arc, float]) -> dict[int, float]:
-    out: dict[int, list[Arc]] = {}
-    for a in arcs:
-        out.setdefault(a[0], []).append(a)
-    dist = {start: 0.0}
-    heap = [(0.0, start)]
-    while heap:
-        d, u = heapq.heappop(heap)
-        if d > dist.get(u, INF):
-            continue
-        for a in out.get(u, ()):
-            if d + cost[a] < dist.get(a[1], INF) - EPS:
-                dist[a[1]] = d + cost[a]
-                heapq.heappush(heap, (d + cost[a], a[1]))
-    return dist
 
 
 # --- splicing a solved window into a schedule ------------------------------------------------------

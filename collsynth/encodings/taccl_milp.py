@@ -27,7 +27,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from collsynth.encodings.milp_instance import Arc, RoutingInstance
+from collsynth.encodings.milp_instance import Arc, RoutingInstance, shortest_times
 from collsynth.encodings.milp_model import INF, MilpModel, ModelSize
 from collsynth.encodings.milp_ordering import COPY, Orders, ScheduleProblem, Timing, Transfer, join_candidates
 from collsynth.errors import CollsynthError
@@ -385,7 +385,7 @@ def _head_tail(inst: RoutingInstance) -> tuple[dict[tuple[int, Arc], float], dic
         out: dict[int, list[tuple[int, float]]] = {}
         for a in ch.arcs:
             out.setdefault(a[0], []).append((a[1], inst.link_cost[a]))
-        dist = _shortest_times(out, ch.sources)
+        dist = shortest_times(out, ch.sources)
         entries: dict[int, set[int]] = {}
         for u, v in ch.arcs:
             if inst.node_of(u) != inst.node_of(v):
@@ -395,7 +395,7 @@ def _head_tail(inst: RoutingInstance) -> tuple[dict[tuple[int, Arc], float], dic
             t = 0.0
             node = inst.node_of(a[1])
             if inst.node_of(a[0]) != node and entries.get(node) == {a[1]}:
-                from_entry = _shortest_times(out, (a[1],))
+                from_entry = shortest_times(out, (a[1],))
                 t = max((from_entry.get(d, 0.0) for d in ch.targets if inst.node_of(d) == node), default=0.0)
             tail[(c, a)] = t
     return head, tail
@@ -411,20 +411,6 @@ def _release_subsets(jobs: list[tuple[float, float, int, float]], limit: int = M
     for h in heads:
         members = [j for j in jobs if j[0] >= h]
         yield h + min(j[1] for j in members), [j[2] for j in members], [j[3] for j in members], len(members)
-
-
-def _shortest_times(out: Mapping[int, list[tuple[int, float]]], sources) -> dict[int, float]:
-    dist = {s: 0.0 for s in sources}
-    heap = [(0.0, s) for s in sources]
-    while heap:
-        d, u = heapq.heappop(heap)
-        if d > dist.get(u, INF):
-            continue
-        for v, w in out.get(u, ()):
-            if d + w < dist.get(v, INF):
-                dist[v] = d + w
-                heapq.heappush(heap, (d + w, v))
-    return dist
 
 
 def _link_load(model: MilpModel, inst: RoutingInstance, x_col, rep_arcs: list[Arc], head, tail, bound_makespan):
