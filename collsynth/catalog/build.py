@@ -232,12 +232,14 @@ def _run_parallel(pending: Sequence[WorkItem], jobs: int, claim: Callable[[WorkI
                     try:
                         running[executor.submit(run_item, item)] = (item, time.monotonic())
                     except (BrokenProcessPool, OSError, RuntimeError):
-                        # a worker died while we were submitting (the pool may already be closing)
+                        # A worker died while we were submitting: not this item's fault (it keeps its claim
+                        # and is not counted). The items in flight come back below as BrokenProcessPool
+                        # and are counted there, so an item that keeps killing its worker is still caught.
                         breaks.setdefault(item.key, 0)
                         resubmit.append(item)
                         submit_failed = True
                         break
-            if submit_failed:
+            if submit_failed and not running:
                 failed_submits += 1
                 if failed_submits > 3:
                     raise CollsynthError("the worker pool fails to start; retry with --jobs 1")
@@ -265,7 +267,7 @@ def _run_parallel(pending: Sequence[WorkItem], jobs: int, claim: Callable[[WorkI
                 record(item, result)
             now = time.monotonic()
             expired = [future for future, (_, started) in running.items() if now - started >= timeout_s]
-            if expired or broken:
+            if expired or broken or submit_failed:
                 for future in expired:
                     item, _ = running.pop(future)
                     record(item, _timed_out(item, timeout_s))

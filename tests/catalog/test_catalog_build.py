@@ -328,6 +328,54 @@ def test_a_killed_worker_is_survived(tmp_path: Path) -> None:
     assert summary.failed_items == 0 and summary.entries_ok == len(expand_plan(plan))
 
 
+def test_a_pool_that_breaks_during_submission_is_restarted(tmp_path: Path, monkeypatch) -> None:
+    """A worker dying while items are being submitted makes submit() raise (not return a broken future):
+    the build restarts the pool and finishes every item, none counted as failed."""
+    from collsynth.catalog import build as build_module
+
+    real_new_pool = build_module.new_pool
+    failures = []
+
+    def flaky_pool(jobs: int):
+        pool = real_new_pool(jobs)
+        real_submit = pool.submit
+
+        def submit(*args, **kwargs):
+            if len(failures) < 2:  # the first two submissions find the pool closing
+                failures.append(1)
+                raise OSError("handle is closed")
+            return real_submit(*args, **kwargs)
+
+        pool.submit = submit
+        return pool
+
+    monkeypatch.setattr(build_module, "new_pool", flaky_pool)
+    plan = write_plan(tmp_path)
+    summary = build_catalog(plan, tmp_path / "c.sqlite", jobs=2)
+    assert len(failures) == 2
+    assert summary.failed_items == 0 and summary.entries_ok == len(expand_plan(plan))
+
+
+def test_a_pool_that_never_starts_gives_one_line(tmp_path: Path, monkeypatch) -> None:
+    from collsynth.catalog import build as build_module
+    from collsynth.errors import CollsynthError
+
+    real_new_pool = build_module.new_pool
+
+    def dead_pool(jobs: int):
+        pool = real_new_pool(jobs)
+
+        def submit(*args, **kwargs):
+            raise OSError("handle is closed")
+
+        pool.submit = submit
+        return pool
+
+    monkeypatch.setattr(build_module, "new_pool", dead_pool)
+    with pytest.raises(CollsynthError, match="worker pool fails to start; retry with --jobs 1"):
+        build_catalog(write_plan(tmp_path), tmp_path / "c.sqlite", jobs=2)
+
+
 def test_item_alarm_keeps_an_outer_timer() -> None:
     """The per-item SIGALRM timer must not swallow a timer someone else set (e.g. pytest-timeout)."""
     import signal
