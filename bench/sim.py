@@ -15,12 +15,11 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.table import Table
 
-from collsynth.ir import Algo, Gpu, Step, Threadblock
+from collsynth.ir import PROTOCOLS, Algo, Gpu, Step, Threadblock
 from collsynth.sim import SimModel, simulate, size_sweep
 from collsynth.topologies import fully_connected, ring
 
 GB = 1 << 30
-PROTOCOLS = ("Simple", "LL", "LL128")
 
 
 def ring_allreduce_ir(n: int, *, proto: str = "Simple") -> Algo:

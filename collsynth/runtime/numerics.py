@@ -129,23 +129,13 @@ def to_storage(dtype: Any, values: np.ndarray) -> np.ndarray:
 
 # --- the operators --------------------------------------------------------------------------------------
 
-def _maximum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.maximum(a, b)
-
-
-def _minimum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.minimum(a, b)
-
-
 _UFUNCS: Mapping[str, np.ufunc] = MappingProxyType({
     "sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum})
-_NUMBER_OPS: Mapping[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = MappingProxyType({
-    "sum": np.add, "prod": np.multiply, "max": _maximum, "min": _minimum})
 
 
 def number_op(op: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """The operator on numbers in their own numpy dtype (no extra rounding step)."""
-    return _NUMBER_OPS[reduction_op(op)]
+    return _UFUNCS[reduction_op(op)]
 
 
 def reducer(dtype: Any, op: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
@@ -194,10 +184,11 @@ def random_inputs(dtype: Any, shapes: list[tuple[int, int]], seed: int) -> list[
 
 
 def exact_inputs(dtype: Any, ngpus: int, shape: tuple[int, int], seed: int) -> list[np.ndarray]:
-    """Random inputs whose sums over up to `ngpus` ranks are exact in `dtype` whatever the order (small multiples
-    of a power of two, as collsynth.runtime.layout.make_inputs does), for dtypes numpy lacks (bfloat16)."""
+    """Random float inputs whose sums over up to `ngpus` ranks are exact in `dtype` whatever the order (small
+    multiples of a power of two); collsynth.runtime.layout.make_inputs uses them for every float type."""
     fmt = number_format(dtype)
     rng = np.random.default_rng(seed)
+    # |value| <= 2^bits * 2^-scale, and ngpus values sum below 2^mantissa units of 2^-scale: exact.
     bits = max(1, min(12, fmt.mantissa - 1 - int(np.ceil(np.log2(max(1, ngpus))))))
     scale = np.float32(2.0 ** -min(6, bits))
     out = []

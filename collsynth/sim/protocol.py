@@ -24,26 +24,28 @@ the efficiencies here are the wire formats' data fractions only.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from collsynth.ir import PROTOCOLS
 from collsynth.sim.nccl import SimError
 
-PROTOCOLS = ("Simple", "LL", "LL128")
-
 # NCCL tuning.cc hwLat, Ring algorithm, per hop in microseconds: {hardware class: {protocol: us}}.
-HOP_LATENCY_US: dict[str, dict[str, float]] = {
-    "nvlink": {"LL": 0.47, "LL128": 1.9, "Simple": 3.4},
-    "pci": {"LL": 1.0, "LL128": 2.5, "Simple": 5.7},
-    "net": {"LL": 2.7, "LL128": 4.0, "Simple": 9.6},
-}
+HOP_LATENCY_US: Mapping[str, Mapping[str, float]] = MappingProxyType({
+    "nvlink": MappingProxyType({"LL": 0.47, "LL128": 1.9, "Simple": 3.4}),
+    "pci": MappingProxyType({"LL": 1.0, "LL128": 2.5, "Simple": 5.7}),
+    "net": MappingProxyType({"LL": 2.7, "LL128": 4.0, "Simple": 9.6}),
+})
 
 # Data bytes per byte on the wire: LL 8 of each 16-byte line, LL128 120 of each 128-byte line.
-EFFICIENCY: dict[str, float] = {"Simple": 1.0, "LL": 8 / 16, "LL128": 120 / 128}
+EFFICIENCY: Mapping[str, float] = MappingProxyType({"Simple": 1.0, "LL": 8 / 16, "LL128": 120 / 128})
 
 # Topology link kinds -> NCCL hardware class; a kind not listed counts as NVLink (the Link default).
-HARDWARE_CLASS_OF_KIND: dict[str, str] = {
+HARDWARE_CLASS_OF_KIND: Mapping[str, str] = MappingProxyType({
     "nvlink": "nvlink", "xgmi": "nvlink", "nvswitch": "nvlink",
     "pcie": "pci", "pci": "pci", "shm": "pci",
     "ib": "net", "net": "net", "roce": "net", "ethernet": "net",
-}
+})
 
 
 def check_protocol(proto: str, where: str) -> None:

@@ -43,7 +43,6 @@ from collsynth.runtime.cuda.flatten import (
 from collsynth.runtime.cuda.numerics import (
     ElementType,
     element_type,
-    float32_to_bf16,
     kernel_name,
     reduction_op,
 )
@@ -56,6 +55,7 @@ from collsynth.runtime.layout import (
     make_inputs,
     plan_layout,
 )
+from collsynth.runtime.numerics import to_storage
 from collsynth.runtime.result import (
     DEADLOCK,
     LAYOUT,
@@ -157,7 +157,7 @@ def prepare(ir: Algo, nbytes: int | None = None, dtype: str = "float32", seed: i
         nbytes = input_nbytes(inputs, etype.storage)
     layout = plan_layout(ir, coll, nbytes, etype.storage, tile_bytes)
     if inputs is not None:
-        ins = coerce_inputs(layout, etype.storage, [_as_storage(etype, x) for x in inputs])
+        ins = coerce_inputs(layout, etype.storage, [to_storage(etype.format, x) for x in inputs])
     else:  # exact for the op in any order (products too), so the check can be bit-exact
         ins = make_inputs(layout, etype.name, seed, op)
     base = dict(ir=ir, collective=coll, layout=layout, dtype=etype, op=op, inputs=tuple(ins),
@@ -207,14 +207,6 @@ def prepare(ir: Algo, nbytes: int | None = None, dtype: str = "float32", seed: i
     passed, message = _postcondition(coll, etype, op, ins, outs, exact=inputs is None)
     return Prepared(**base, flat=flat, reference=tuple(o.reshape(-1) for o in outs), reference_passed=passed,
                     reference_failure=None if passed else MISMATCH, reference_message=message)
-
-
-def _as_storage(etype: ElementType, values: np.ndarray) -> np.ndarray:
-    """User inputs as stored bits: bfloat16 given as numbers is rounded to bfloat16, as uint16 taken as bits."""
-    array = np.asarray(values)
-    if etype.name == "bfloat16" and array.dtype.kind == "f":
-        return float32_to_bf16(array.astype(np.float32))
-    return array
 
 
 def _postcondition(coll: Collective, etype: ElementType, op: str, inputs: Sequence[np.ndarray],

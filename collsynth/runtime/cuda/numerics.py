@@ -7,6 +7,7 @@ re-exported here for the backend and its tests.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -14,12 +15,14 @@ import numpy as np
 
 from collsynth.runtime.cuda.flatten import CudaBackendError
 from collsynth.runtime.numerics import (
-    DTYPE_ALIASES,
+    FORMATS,
     REDUCTION_OPS,
+    NumberFormat,
     as_values,
     bf16_to_float32,
     exact_inputs,
     float32_to_bf16,
+    number_format,
     random_inputs,
     reducer,
     reference_outputs,
@@ -30,28 +33,40 @@ from collsynth.runtime.result import ExecutionError
 
 @dataclass(frozen=True)
 class ElementType:
-    name: str  # canonical: float32, float16, bfloat16, int32
+    """A number format the kernel supports, with its kernel constant and entry point suffix."""
+
+    format: NumberFormat  # name, storage and arithmetic, shared with the CPU interpreter
     code: int  # kernel CS_DT_* constant
-    storage: np.dtype  # numpy dtype of the stored bits
     suffix: str  # kernel entry point suffix
 
     @property
+    def name(self) -> str:
+        return self.format.name
+
+    @property
+    def storage(self) -> np.dtype:
+        return self.format.storage
+
+    @property
     def itemsize(self) -> int:
-        return int(self.storage.itemsize)
+        return self.format.itemsize
 
 
-DTYPES = MappingProxyType({
-    "float32": ElementType("float32", 0, np.dtype(np.float32), "f32"),
-    "float16": ElementType("float16", 1, np.dtype(np.float16), "f16"),
-    "bfloat16": ElementType("bfloat16", 2, np.dtype(np.uint16), "bf16"),
-    "int32": ElementType("int32", 3, np.dtype(np.int32), "i32"),
+DTYPES: Mapping[str, ElementType] = MappingProxyType({
+    "float32": ElementType(FORMATS["float32"], 0, "f32"),
+    "float16": ElementType(FORMATS["float16"], 1, "f16"),
+    "bfloat16": ElementType(FORMATS["bfloat16"], 2, "bf16"),
+    "int32": ElementType(FORMATS["int32"], 3, "i32"),
 })
 OPS = MappingProxyType({op: code for code, op in enumerate(REDUCTION_OPS)})  # kernel CS_OP_* constants
 
 
 def element_type(name: str | np.dtype) -> ElementType:
-    key = str(np.dtype(name)) if isinstance(name, np.dtype) else str(name).lower()
-    key = DTYPE_ALIASES.get(key, key)
+    """A dtype (anything number_format accepts, aliases included) -> the kernel's ElementType."""
+    try:
+        key = number_format(name).name
+    except ExecutionError:
+        key = None
     if key not in DTYPES:
         raise CudaBackendError(f"dtype {name!r} is not supported by the CUDA backend; use one of {', '.join(DTYPES)}")
     return DTYPES[key]
