@@ -22,7 +22,7 @@ cross into N at least once over an *entry* arc (u, v), u outside N, v in N):
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from collsynth.encodings.milp_instance import Arc, RoutingInstance, arc_adjacency, shortest_times
@@ -50,10 +50,14 @@ def sketch_lower_bounds(inst: RoutingInstance) -> tuple[Bound, ...]:
         budgets = _entry_budgets(inst, node)
         if not budgets:
             continue
-        found += _drain_then_spread(inst, node, budgets, heads)
+        found += _drain_then_spread(inst, node, heads)
         found += _last_group_spreads(inst, node, heads)
-        found += _late_entries_through_in_port(inst, node, budgets, heads)
-        found += _late_entries_behind_one_budget(inst, node, budgets, heads)
+        remote = _remote_chunks(inst, node)
+        if not remote:
+            continue
+        entries = _entry_times(inst, budgets, heads, remote)
+        found += _late_entries_through_in_port(inst, node, remote, entries)
+        found += _late_entries_behind_one_budget(inst, node, budgets, remote, entries)
     return tuple(sorted(found, key=lambda b: (-b.value, b.family, b.note)))
 
 
@@ -127,13 +131,30 @@ def _push_time(inst: RoutingInstance, budget: frozenset[Arc], heads: Mapping[tup
     S >= S(f) = min over arcs a of B of the f-th smallest head(c, a). Infinite if no arc can carry f."""
     if n <= 0:
         return 0.0
+    return _pushes_of(inst, budget, heads)(n)
+
+
+def _pushes_of(inst: RoutingInstance, budget: frozenset[Arc],
+               heads: Mapping[tuple[int, Arc], float]) -> Callable[[int], float]:
+    """push(B, .) as a function of n, with B's costs and sorted heads per arc computed once."""
+    alpha, beta, per_arc = _push_setup(inst, budget, heads)
+    k = max(1, inst.max_together) if any(a in inst.groupable for a in budget) else 1
+
+    def push(n: int) -> float:
+        return 0.0 if n <= 0 else _push_from(alpha, beta, per_arc, k, n)
+    return push
+
+
+def _push_setup(inst: RoutingInstance, budget: frozenset[Arc],
+                heads: Mapping[tuple[int, Arc], float]) -> tuple[float, float, list[list[float]]]:
+    """B's least alpha and beta, and the sorted heads of each of its arcs (the setup of push and last_push)."""
     alpha = min(inst.link_alpha[a] for a in budget)
     beta = min(inst.link_beta[a] for a in budget)
-    k = max(1, inst.max_together) if any(a in inst.groupable for a in budget) else 1
-    per_arc: list[list[float]] = []
-    for a in sorted(budget):
-        hs = sorted(heads[(c, a)] for c, ch in enumerate(inst.chunks) if (c, a) in heads)
-        per_arc.append(hs)
+    per_arc = [sorted(heads[(c, a)] for c in range(len(inst.chunks)) if (c, a) in heads) for a in sorted(budget)]
+    return alpha, beta, per_arc
+
+
+def _push_from(alpha: float, beta: float, per_arc: list[list[float]], k: int, n: int) -> float:
     best = INF
     for groups in range(math.ceil(n / k), n + 1):
         first = max(1, n - k * (groups - 1))
@@ -160,7 +181,6 @@ def _spread_time(inst: RoutingInstance, c: int, v: int, node: int) -> float:
     if not inside:
         return ecc
     p_min = min(inst.link_cost[a] for a in inside)
-    fan = 0
     channels: dict[int, set] = {}
     for a in inside:
         ports = [r for r in inst.resources_of.get(a, ()) if inst.resources[r].port == "out"]
@@ -176,8 +196,7 @@ def _spread_time(inst: RoutingInstance, c: int, v: int, node: int) -> float:
 
 # --- bound families --------------------------------------------------------------------------------
 
-def _drain_then_spread(inst: RoutingInstance, node: int, budgets: Mapping[str, frozenset[Arc]],
-                       heads: Mapping[tuple[int, Arc], float]) -> list[Bound]:
+def _drain_then_spread(inst: RoutingInstance, node: int, heads: Mapping[tuple[int, Arc], float]) -> list[Bound]:
     # T >= min(push(B, |F|) + min_{c in F, a in B} spread(c, a.dst), push(B, |F| + 1))  per entry budget B
     """F = the remote chunks of the node whose every entry arc lies in B (they must cross B).
 
@@ -195,7 +214,8 @@ def _drain_then_spread(inst: RoutingInstance, node: int, budgets: Mapping[str, f
             continue
         tail = min(_spread_time(inst, c, a[1], node) for c in forced for a in inst.chunks[c].arcs if a in budget)
         n = len(forced)
-        value = min(_push_time(inst, budget, heads, n) + tail, _push_time(inst, budget, heads, n + 1))
+        push = _pushes_of(inst, budget, heads)
+        value = min(push(n) + tail, push(n + 1))
         if value < INF:
             out.append(Bound("drain_then_spread", value, f"node {node}, {name}: {n} chunks must cross it"))
     return out
@@ -237,9 +257,7 @@ def _last_push_time(inst: RoutingInstance, budget: frozenset[Arc], heads: Mappin
     # last_push(B, n, g) = min over G >= 1 + ceil((n - g) / K) of G alpha + n beta + S(first(G))
     """The earliest B can finish carrying n chunks when its last transfer carries g of them (as
     `_push_time`, with the first transfer's size forced by the last one's)."""
-    alpha = min(inst.link_alpha[a] for a in budget)
-    beta = min(inst.link_beta[a] for a in budget)
-    per_arc = [sorted(heads[(c, a)] for c in range(len(inst.chunks)) if (c, a) in heads) for a in sorted(budget)]
+    alpha, beta, per_arc = _push_setup(inst, budget, heads)
     best = INF
     least = 1 if g == n else 1 + math.ceil((n - g) / k)
     for groups in range(least, n - g + 2):
@@ -298,7 +316,7 @@ def _group_spread(inst: RoutingInstance, chunks: list[int], v: int, node: int, g
     return worst
 
 
-def _entry_times(inst: RoutingInstance, node: int, budgets: Mapping[str, frozenset[Arc]],
+def _entry_times(inst: RoutingInstance, budgets: Mapping[str, frozenset[Arc]],
                  heads: Mapping[tuple[int, Arc], float], remote: list[int]) -> list[float]:
     """e_1 <= e_2 <= ...: the k-th remote chunk to enter the node (first entry) does so at >= e_k.
 
@@ -308,23 +326,20 @@ def _entry_times(inst: RoutingInstance, node: int, budgets: Mapping[str, frozens
     times: list[float] = []
     for budget in budgets.values():
         capacity = sum(1 for c in remote if any(a in budget for a in inst.chunks[c].arcs))
-        times += [_push_time(inst, budget, heads, j) for j in range(1, capacity + 1)]
+        push = _pushes_of(inst, budget, heads)
+        times += [push(j) for j in range(1, capacity + 1)]
     return sorted(times)[:len(remote)]
 
 
-def _late_entries_through_in_port(inst: RoutingInstance, node: int, budgets: Mapping[str, frozenset[Arc]],
-                                  heads: Mapping[tuple[int, Arc], float]) -> list[Bound]:
+def _late_entries_through_in_port(inst: RoutingInstance, node: int, remote: list[int],
+                                  entries: list[float]) -> list[Bound]:
     # T >= e_k + p_in (R_w - (k - 1) - q_w)  for each rank w of the node with an in-port, k = 1..R
     """R_w: remote chunks with target w; q_w: those with an entry arc into w itself; p_in: the least
     cost of w's in-port, the one-at-a-time budget holding every link inside the node into w.
 
     Valid: the remote chunks whose first entry is k-th or later all enter at >= e_k; at least
     R_w - (k - 1) of them target w; at most q_w of those reach w over an entry arc, the others come
-    through the in-port after entering, one at a time, each taking >= p_in."""
-    remote = _remote_chunks(inst, node)
-    if not remote:
-        return []
-    entries = _entry_times(inst, node, budgets, heads, remote)
+    through the in-port after entering, one at a time, each taking >= p_in. (`entries`: `_entry_times`.)"""
     out = []
     for w, p_in in sorted(_in_port_costs(inst, node).items()):
         mine = [c for c in remote if w in inst.chunks[c].targets]
@@ -356,7 +371,7 @@ def _in_port_costs(inst: RoutingInstance, node: int) -> dict[int, float]:
 
 
 def _late_entries_behind_one_budget(inst: RoutingInstance, node: int, budgets: Mapping[str, frozenset[Arc]],
-                                    heads: Mapping[tuple[int, Arc], float]) -> list[Bound]:
+                                    remote: list[int], entries: list[float]) -> list[Bound]:
     # T >= e_k + min(second(B), p_in ceil((sum_{w in S} (R_w - k + 1) - 1) / |S|))  for S = ranks B enters
     """S: the ranks that B's arcs enter, when every entry arc into them is in B and each has an in-port;
     second(B): the least time between two completions on B (0 if two chunks may share a transfer).
@@ -365,10 +380,6 @@ def _late_entries_behind_one_budget(inst: RoutingInstance, node: int, budgets: M
     one chunk entering at >= e_k reaches S directly, so the ranks of S together receive at least
     sum_w (R_w - k + 1) - 1 late chunks through their in-ports (as in late_entries_through_in_port),
     and the busiest in-port takes at least the average, one at a time after e_k."""
-    remote = _remote_chunks(inst, node)
-    if not remote:
-        return []
-    entries = _entry_times(inst, node, budgets, heads, remote)
     ports = _in_port_costs(inst, node)
     entering: dict[int, set[Arc]] = {}
     for ch in inst.chunks:

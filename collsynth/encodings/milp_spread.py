@@ -29,7 +29,7 @@ from types import MappingProxyType
 
 from collsynth.encodings.milp_bounds import group_spread_time
 from collsynth.encodings.milp_instance import Arc, RoutingInstance, arc_adjacency, shortest_times
-from collsynth.encodings.milp_model import MilpModel
+from collsynth.encodings.milp_model import CBC_KILL_GRACE, CBC_STOP_GRACE, MilpModel
 from collsynth.encodings.milp_ordering import Orders, ScheduleError, ScheduleProblem, Timing, evaluate, pattern_trials
 from collsynth.encodings.taccl_milp import Routes, RoutingError, check_routes, transfers_from_routes
 
@@ -116,8 +116,12 @@ def spread_window(inst: RoutingInstance, problem: ScheduleProblem, timing: Timin
         group = sorted(by_time[at])
         if len(chosen) + len(group) > MAX_SPREAD_CHUNKS:
             break
-        entry = entries[group[0]][1]
-        if chosen and at + 2 * group_spread_time(inst, group, entry, node) <= later:
+        # chunks arriving at once over different NICs spread from their own entry ranks (as in cut_estimate)
+        by_entry: dict[int, list[int]] = {}
+        for c in group:
+            by_entry.setdefault(entries[c][1], []).append(c)
+        spread = max(group_spread_time(inst, members, v, node) for v, members in by_entry.items())
+        if chosen and at + 2 * spread <= later:
             break  # an earlier group that has long been spread when the next one arrives stays as it is
         chosen += group
         later = at
@@ -181,7 +185,8 @@ def _spread_model(sp: SpreadProblem, upper: float, lower: float):
     after_arrival s_ia >= t_iu - M (1 - x_ia)
     arrive        t_iv >= s_ia + cost_a - M (1 - x_ia)
     one_at_a_time s_jb >= s_ia + cost_a - M (3 - y - x_ia - x_jb), and the same the other way (a, b
-                  the same link or links of one budget, unless their time windows cannot overlap)
+                  the same link or links of one budget, for two chunks or one chunk's two links of a
+                  budget, unless their time windows cannot overlap)
     around_fixed  s_ia >= e - M (2 - z - x_ia), s_ia + cost_a <= b + M (1 + z - x_ia)  for each fixed
                   interval [b, e) on a or its budgets that the window of s_ia overlaps
     makespan      T >= t_iv for targets v; minimize T
@@ -214,6 +219,8 @@ def _spread_model(sp: SpreadProblem, upper: float, lower: float):
 
     pairs = [(i, a, j, b) for i, j in itertools.combinations(range(n), 2) for a in usable[i] for b in usable[j]
              if conflict(i, a, j, b)]
+    # one chunk's transfers on two links of one budget (e.g. two links out of one port) take turns too
+    pairs += [(i, a, i, b) for i in range(n) for a, b in itertools.combinations(usable[i], 2) if conflict(i, a, i, b)]
     around = [(i, a, b, e) for i in range(n) for a in usable[i] for b, e in fixed_on(a)
               if s_lo[i, a] < e - EPS and b < s_hi[i, a] + sp.cost[a] - EPS]
     if len(pairs) + len(around) > MAX_BINARIES:
@@ -404,13 +411,23 @@ def _solve_nodes(inst: RoutingInstance, problem: ScheduleProblem, timing: Timing
         if mapped is not None:
             out.append((sp, mapped[0], False))
             continue
-        left = None if deadline is None else max(0.5, deadline - time.perf_counter())
+        left = _solve_limit(solver, deadline)
+        if left is not None and left <= 0:
+            break  # past the deadline (or too close to it for CBC to stop in time): the rest keep their trees
         if solve_seconds is not None:
             left = solve_seconds if left is None else min(left, solve_seconds)
         spread = solve_spread(sp, solver, upper=upper - EPS, lower=floor, time_limit=left)
         solved.append((sp, spread))
         out.append((sp, spread, True))
     return out
+
+
+def _solve_limit(solver: str, deadline: float | None) -> float | None:
+    # limit = deadline - now - grace (CBC's process is stopped up to CBC_STOP_GRACE + CBC_KILL_GRACE late)
+    if deadline is None:
+        return None
+    grace = CBC_STOP_GRACE + CBC_KILL_GRACE if solver == "cbc" else 0.0
+    return deadline - time.perf_counter() - grace
 
 
 def _map_spread(inst: RoutingInstance, done: SpreadProblem, answer: Spread | None,

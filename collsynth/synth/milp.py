@@ -80,13 +80,17 @@ from collsynth.topologies import Topology
 
 MB = 1 << 20
 _DUALS = {"reducescatter": "allgather", "reduce": "broadcast"}
-# the shortest solver time limit a MILP stage gets, even when the budget is spent (so it still reports
-# a bound); shares of the whole budget kept for what follows a stage
+# the shortest solver time limit a MILP stage gets: the routing MILP gets it even when the budget is spent
+# (so it still reports a bound); a later MILP stage that cannot have it is skipped. Shares of the whole
+# budget kept for what follows a stage:
 MIN_STAGE_SECONDS = 0.5
 RESERVE_AFTER_ROUTING = 0.35  # ordering, local search, group patterns and the scheduling MILP
 RESERVE_AFTER_ROUTING_ONE_NODE = 0.1  # the scheduling stage is an LP there
-RESERVE_AFTER_SEARCH = 0.25  # group patterns and the scheduling MILP
+RESERVE_AFTER_SEARCH = 0.25  # group patterns, group spread and the scheduling MILP
+RESERVE_AFTER_PATTERNS = 0.1875  # group spread and the scheduling MILP
+RESERVE_AFTER_SPREAD = 0.125  # the scheduling MILP
 RESERVE_AFTER_SCHEDULE = 0.03  # building and verifying the algorithm
+BUDGET_SPENT = "skipped (budget spent)"
 SPREAD_SOLVE_SHARE = 0.4  # the most one spread MILP of the group-spread stage may take
 
 
@@ -106,11 +110,14 @@ class StageReport:
     size: ModelSize | None = None
     note: str = ""
     unit: str = "us"
+    # the budget cut this stage short or skipped it
+    budget_cut: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"stage": self.name, "seconds": round(self.seconds, 4), "status": self.status,
                                 "solver": self.solver, "objective": self.objective, "bound": self.bound,
-                                "unit": self.unit, "gap": self.gap, "note": self.note}
+                                "unit": self.unit, "gap": self.gap, "note": self.note,
+                                "budget_cut": self.budget_cut}
         if self.size is not None:
             data["model"] = {"columns": self.size.columns, "integer_columns": self.size.integer_columns,
                              "rows": self.size.rows, "nonzeros": self.size.nonzeros,
@@ -183,14 +190,25 @@ class _Clock:
         """The perf_counter time by which a heuristic must stop to leave `reserve` x the budget."""
         return None if self.total is None else self.started + self.total * (1.0 - reserve)
 
-    def stage_limit(self, reserve: float) -> float | None:
-        """The solver time limit of a MILP stage that leaves `reserve` x the budget to the stages after it;
-        CBC's process is stopped up to CBC_STOP_GRACE + CBC_KILL_GRACE after its limit."""
+    def _share(self, reserve: float) -> float | None:
+        # what a MILP stage may take before leaving `reserve` x the budget (None: no budget); CBC's process
+        # is stopped up to CBC_STOP_GRACE + CBC_KILL_GRACE after its limit
         left = self.left()
         if left is None:
             return None
         grace = CBC_STOP_GRACE + CBC_KILL_GRACE if self.solver == "cbc" else 0.0
-        return max(MIN_STAGE_SECONDS, left - reserve * float(self.total) - grace)
+        return left - reserve * float(self.total) - grace
+
+    def stage_limit(self, reserve: float) -> float | None:
+        """The solver time limit of a MILP stage that leaves `reserve` x the budget to the stages after it
+        (at least MIN_STAGE_SECONDS)."""
+        share = self._share(reserve)
+        return None if share is None else max(MIN_STAGE_SECONDS, share)
+
+    def spent(self, reserve: float) -> bool:
+        """A MILP stage leaving `reserve` x the budget cannot have MIN_STAGE_SECONDS: skip it."""
+        share = self._share(reserve)
+        return share is not None and share < MIN_STAGE_SECONDS
 
 
 def _within_gap(value: float, lower: float | None, gap: float) -> bool:
@@ -321,7 +339,7 @@ def _route_and_order(inst: RoutingInstance, solver: str, clock: _Clock, gap: flo
     candidates += searched
     if searched:
         stages.append(StageReport("route local search", time.perf_counter() - started,
-                                  "stopped" if stopped else "heuristic",
+                                  "stopped" if stopped else "heuristic", budget_cut=stopped,
                                   objective=min(c.timing.makespan for c in candidates),
                                   note=f"{moves} moves kept, up to {tries} schedules tried per start"
                                   + ("; stopped at its share of the budget" if stopped else "")))
@@ -330,7 +348,7 @@ def _route_and_order(inst: RoutingInstance, solver: str, clock: _Clock, gap: flo
     joined = []
     sign = {"min": 1, "max": -1}.get(inst.unique_policy or "", 0)
     started = time.perf_counter()
-    pattern_deadline = clock.deadline(RESERVE_AFTER_SEARCH / 2 if multi_node else RESERVE_AFTER_SCHEDULE)
+    pattern_deadline = clock.deadline(RESERVE_AFTER_PATTERNS if multi_node else RESERVE_AFTER_SCHEDULE)
     # a schedule already at the lower bound: other groupings could only tie with it
     at_bound = _within_gap(min(c.timing.makespan for c in candidates), lower, gap)
     for cand in candidates:
@@ -348,14 +366,14 @@ def _route_and_order(inst: RoutingInstance, solver: str, clock: _Clock, gap: flo
     if inst.groupable:
         cut = pattern_deadline is not None and time.perf_counter() >= pattern_deadline
         stages.append(StageReport("group patterns", time.perf_counter() - started, "stopped" if cut else "heuristic",
-                                  objective=best.timing.makespan,
+                                  objective=best.timing.makespan, budget_cut=cut,
                                   note=f"inter-node groups for {len(candidates)} candidate schedules"
                                   + ("; patterns skipped: a schedule is at the lower bound" if at_bound else "")
                                   + ("; stopped at its share of the budget" if cut else "")))
     if inst.groupable and best.routes is not None and not _within_gap(best.timing.makespan, lower, gap):
         # the last inter-node groups re-routed exactly inside their receiving nodes, per group cut
         started = time.perf_counter()
-        spread_deadline = clock.deadline(RESERVE_AFTER_SEARCH / 2)
+        spread_deadline = clock.deadline(RESERVE_AFTER_SPREAD)
         found = respread_groups(inst, best.routes, best.problem, best.orders, solver=solver, lower=lower,
                                 deadline=spread_deadline,
                                 solve_seconds=None if clock.total is None else SPREAD_SOLVE_SHARE * clock.total)
@@ -363,7 +381,7 @@ def _route_and_order(inst: RoutingInstance, solver: str, clock: _Clock, gap: flo
             best = _Schedule(found.problem, found.orders, found.timing, found.routes)
         cut = spread_deadline is not None and time.perf_counter() >= spread_deadline
         stages.append(StageReport("group spread", time.perf_counter() - started, "stopped" if cut else "heuristic",
-                                  objective=best.timing.makespan, solver=solver,
+                                  objective=best.timing.makespan, solver=solver, budget_cut=cut,
                                   note=("improved" if found is not None else "no better cut found")
                                   + ("" if found is None else f"; {found.tried} cuts tried, {found.solves} spread "
                                      "MILPs solved") + ("; stopped at its share of the budget" if cut else "")))
@@ -384,9 +402,12 @@ def _schedule(schedule: _Schedule, solver: str, clock: _Clock, gap: float, stage
             stages.append(StageReport(name.format(kind="MILP"), 0.0, "skipped", best.timing.makespan, lower,
                                       solver=solver, note="the schedule is within the gap of the lower bound"))
             break
-        left = clock.left()
-        if round_ and left is not None and left <= reserve * float(clock.total) + MIN_STAGE_SECONDS:
-            break  # the budget is spent: keep the rounds done so far
+        if clock.spent(reserve):
+            # keep the (verified) schedule in hand rather than run past the budget
+            stages.append(StageReport(name.format(kind="MILP"), 0.0, BUDGET_SPENT, best.timing.makespan, lower,
+                                      solver=solver, budget_cut=True,
+                                      note="the budget is spent: the schedule in hand is kept"))
+            break
         started = time.perf_counter()
         sm = build_schedule_model(best.problem, best.orders, best.timing.makespan)
         if lower is not None:
@@ -617,21 +638,25 @@ def synthesize_milp(topology: Topology, collective: str | Collective, sketch: Sk
             raise MilpSynthesisError(f"internal check failed: lower bound {lower:.6f} us exceeds the schedule's "
                                      f"{timing.makespan:.6f} us")
         lower = timing.makespan
-    total = time.perf_counter() - started
-    limited = time_limit is not None and any(s.status in ("feasible", "no_solution", "stopped") for s in stages)
-    provenance = {
+    limited = time_limit is not None and any(s.budget_cut or s.status in ("feasible", "no_solution", "stopped")
+                                             for s in stages)
+    provenance: dict[str, Any] = {
         "synthesizer": "milp", "solver": solver, "sketch": sketch.name or str(sketch), "size_bytes": size_bytes,
         "chunk_bytes": chunk_bytes, "predicted_us": round(timing.makespan, 6),
-        "lower_bound_us": None if lower is None else round(lower, 6), "seconds": round(total, 3),
-        "time_limit_s": time_limit, "time_limited": limited, "stages": [s.to_dict() for s in stages],
+        "lower_bound_us": None if lower is None else round(lower, 6), "time_limit_s": time_limit,
+        "time_limited": limited,
     }
     algo_name = f"milp_{target.name}_{topology.name}_{sketch.name or 'sketch'}".replace(":", "_").replace("/", "_")
     algorithm = _algorithm(algo_name, topology, target, problem, timing, provenance)
     started_verify = time.perf_counter()
     verify(algorithm)
     stages.append(StageReport("verify", time.perf_counter() - started_verify, "ok"))
+    # one wall-clock figure for the whole run (verification included), in the result and its provenance
+    total = time.perf_counter() - started
+    provenance.update({"seconds": round(total, 3), "stages": [s.to_dict() for s in stages]})
+    algorithm = replace(algorithm, provenance=provenance)
     return MilpResult(algorithm, timing.makespan, lower, tuple(stages), size_bytes, chunk_bytes, solver, sketch,
-                      time_limit, limited, time.perf_counter() - started)
+                      time_limit, limited, total)
 
 
 # --- report --------------------------------------------------------------------------------------

@@ -112,12 +112,11 @@ def test_time_limit_is_the_budget_of_the_whole_run(solver):
                              time_limit=budget)
     elapsed = time.perf_counter() - started
     verify(result.algorithm)
-    assert elapsed < budget + 15  # behaviour, not speed: a loaded machine, CBC's stop grace
-    assert result.gap is not None and 0 <= result.gap < 0.05
-    assert result.lower_bound_us <= result.predicted_us
-    milps = [s for s in result.stages if s.size is not None]
-    assert result.time_limited == any(s.status in ("feasible", "stopped") for s in result.stages)
-    assert result.time_limited or all(s.status == "optimal" for s in milps)
+    # the limit is enforced (not a speed test: the slack covers a loaded machine and CBC's stop grace)
+    assert elapsed < budget + 45
+    assert result.lower_bound_us is not None and result.lower_bound_us <= result.predicted_us + 1e-9
+    # the scheduling MILP alone needs far more than 3 s, so the budget binds
+    assert result.time_limited
     assert "for the whole run" in result.summary()
     assert result.algorithm.provenance["time_limited"] == result.time_limited
 
@@ -211,3 +210,18 @@ def test_ndv2_two_nodes_close_to_the_bound(solver, collective):
     assert routing.gap is not None and routing.gap <= 0.02
     assert result.gap is not None and result.gap <= 0.02
     verify(result.algorithm)
+
+
+def test_a_spent_budget_skips_later_milp_stages():
+    """_Clock.spent: a stage that cannot have MIN_STAGE_SECONDS before its reserve (CBC's stop grace
+    included) is skipped, while the routing MILP's limit still gets the minimum."""
+    import time
+
+    from collsynth.synth.milp import MIN_STAGE_SECONDS, _Clock
+
+    now = time.perf_counter()
+    assert _Clock(now, 10.0, "highs").spent(0.03) is False
+    assert _Clock(now, 10.0, "cbc").spent(0.5) is True  # 5 s left less 6 s of CBC grace
+    assert _Clock(now - 20.0, 10.0, "highs").spent(0.0) is True
+    assert _Clock(now - 20.0, 10.0, "highs").stage_limit(0.0) == MIN_STAGE_SECONDS
+    assert _Clock(now, None, "cbc").spent(0.5) is False
