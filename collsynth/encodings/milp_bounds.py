@@ -85,6 +85,20 @@ def _shortest_times(inst: RoutingInstance, c: int, starts, within: int | None = 
     return shortest_times(arc_adjacency(arcs, inst.link_cost), starts)
 
 
+def _forced_through_budgets(inst: RoutingInstance, node: int) -> list[tuple[str, frozenset[Arc], list[int]]]:
+    """(name, budget B, F) for each entry budget of `node` with F non-empty: the remote chunks of the node
+    whose every entry arc lies in B (they must cross B)."""
+    remote = _remote_chunks(inst, node)
+    out = []
+    for name, budget in sorted(_all_entry_budgets(inst, node).items()):
+        forced = [c for c in remote
+                  if all(a in budget for a in inst.chunks[c].arcs
+                         if inst.node_of(a[1]) == node and inst.node_of(a[0]) != node)]
+        if forced:
+            out.append((name, budget, forced))
+    return out
+
+
 def _remote_chunks(inst: RoutingInstance, node: int) -> list[int]:
     return [c for c, ch in enumerate(inst.chunks)
             if any(inst.node_of(d) == node for d in ch.targets) and all(inst.node_of(s) != node for s in ch.sources)]
@@ -204,14 +218,8 @@ def _drain_then_spread(inst: RoutingInstance, node: int, heads: Mapping[tuple[in
     into the node only once, nobody else in the node holds c at E, so T >= E + spread(c, v) with
     E >= push(B, |F|). Otherwise (c crosses twice, both times over B, or c is not in F) B carries at
     least |F| + 1 chunks, so T >= E >= push(B, |F| + 1)."""
-    remote = _remote_chunks(inst, node)
     out = []
-    for name, budget in sorted(_all_entry_budgets(inst, node).items()):
-        forced = [c for c in remote
-                  if all(a in budget for a in inst.chunks[c].arcs
-                         if inst.node_of(a[1]) == node and inst.node_of(a[0]) != node)]
-        if not forced:
-            continue
+    for name, budget, forced in _forced_through_budgets(inst, node):
         tail = min(_spread_time(inst, c, a[1], node) for c in forced for a in inst.chunks[c].arcs if a in budget)
         n = len(forced)
         push = _pushes_of(inst, budget, heads)
@@ -231,14 +239,8 @@ def _last_group_spreads(inst: RoutingInstance, node: int, heads: Mapping[tuple[i
     last of g chunks and the others of <= K, so G >= 1 + ceil((n - g) / K) and the first carries
     >= n - g - K (G - 2) chunks (g when G = 1). Then each target u of m_u of those chunks gets each of
     them over a path that starts with its own transfer out of v (`_group_spread`)."""
-    remote = _remote_chunks(inst, node)
     out = []
-    for name, budget in sorted(_all_entry_budgets(inst, node).items()):
-        forced = [c for c in remote
-                  if all(a in budget for a in inst.chunks[c].arcs
-                         if inst.node_of(a[1]) == node and inst.node_of(a[0]) != node)]
-        if not forced:
-            continue
+    for name, budget, forced in _forced_through_budgets(inst, node):
         n = len(forced)
         k = max(1, inst.max_together) if any(a in inst.groupable for a in budget) else 1
         receivers = sorted({a[1] for c in forced for a in inst.chunks[c].arcs if a in budget})
