@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 
 @contextmanager
@@ -49,3 +51,16 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> Path:
         else:
             tmp.write_text(data, encoding="utf-8")
     return target
+
+
+def read_json_file(path: str | os.PathLike[str], error: type[Exception], what: str = "the file") -> Any:
+    """Parse a JSON file, turning an unreadable (or missing) file or malformed JSON into one line of `error`
+    that names the file (and, for bad JSON, where it breaks)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise error(f"{path}: cannot read {what} ({exc.strerror})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None

@@ -26,3 +26,18 @@ def test_a_failed_write_leaves_nothing(tmp_path):
         raise RuntimeError("interrupted")
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+def test_read_json_file_names_the_file_and_the_problem(tmp_path):
+    from collsynth.errors import CollsynthError
+    from collsynth.files import read_json_file
+
+    good = tmp_path / "a.json"
+    good.write_text('{"x": [1, 2]}')
+    assert read_json_file(good, CollsynthError) == {"x": [1, 2]}
+    bad = tmp_path / "b.json"
+    bad.write_text('{"x": \n oops}')
+    with pytest.raises(CollsynthError, match=r"b.json: not valid JSON \(.* at line 2, column 2\)"):
+        read_json_file(bad, CollsynthError)
+    with pytest.raises(CollsynthError, match=r"missing.json: cannot read the sketch \("):
+        read_json_file(tmp_path / "missing.json", CollsynthError, "the sketch")

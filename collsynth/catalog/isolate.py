@@ -12,8 +12,9 @@ from __future__ import annotations
 import signal
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 from typing import Any, TypeVar
+
+from collsynth.synth.parallel import make_pool, stop_pool
 
 T = TypeVar("T")
 
@@ -31,20 +32,7 @@ def init_worker() -> None:
 
 
 def new_pool(workers: int) -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=init_worker)
-
-
-def stop_pool(executor: ProcessPoolExecutor) -> None:
-    """Cancel queued work and end the pool's worker processes now."""
-    # ProcessPoolExecutor has no public way to end running workers before Python 3.14 (terminate_workers);
-    # take the handles before shutdown() drops them.
-    processes = list((getattr(executor, "_processes", None) or {}).values())
-    executor.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
-        if process.is_alive():
-            process.terminate()
-    for process in processes:
-        process.join(timeout=5)
+    return make_pool(workers, initializer=init_worker)
 
 
 def run_in_fresh_process(fn: Callable[..., T], *args: Any) -> T:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from collsynth.encodings.sketch import Sketch, load_sketch
 from collsynth.errors import CollsynthError
-from collsynth.files import write_atomic
+from collsynth.files import read_json_file, write_atomic
 from collsynth.topologies import Topology, TopologyError, resolve_topology
 from collsynth.units import parse_size
 
@@ -26,10 +25,7 @@ def _load_topology(spec: str, sketch: Sketch, taccl_costs: bool) -> tuple[Topolo
         path = Path(spec)
         if not path.is_file():
             raise MilpCliError(f"--taccl-costs needs a TACCL profile JSON file, got {spec!r}")
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise MilpCliError(f"{spec}: cannot read the TACCL profile ({exc})") from None
+        data = read_json_file(path, MilpCliError, "the TACCL profile")
         if not is_taccl_profile(data):
             raise MilpCliError(f"{spec}: --taccl-costs needs a TACCL profile (gpus_per_node, alpha, ...)")
         name = str(data.get("name") or path.stem)

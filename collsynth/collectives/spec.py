@@ -22,7 +22,6 @@ Layouts follow MSCCLang's (n ranks, chunk factor C):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -33,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from collsynth.errors import CollsynthError
+from collsynth.files import read_json_file
 
 
 class CollectiveError(CollsynthError):
@@ -333,12 +333,7 @@ def _standard_if_same(name: str, data: Mapping[str, Any]) -> Collective | None:
 
 
 def load_collective(path: str | Path) -> Collective:
-    try:
-        data = json.loads(Path(path).read_text())
-    except json.JSONDecodeError as exc:
-        raise CollectiveError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    except OSError as exc:
-        raise CollectiveError(f"{path}: cannot read ({exc.strerror})") from None
+    data = read_json_file(path, CollectiveError, "the collective")
     if not isinstance(data, dict):
         raise CollectiveError(f"{path}: a collective JSON file holds one object; see docs/formats.md")
     return Collective.from_dict(data)

@@ -22,13 +22,13 @@ docs/formats.md "Communication sketches"); `taccl_to_dict` / `sketch_from_taccl`
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from collsynth.errors import CollsynthError
+from collsynth.files import read_json_file
 from collsynth.topologies import Topology
 
 SKETCH_FORMAT = "collsynth.sketch/1"
@@ -351,12 +351,7 @@ def taccl_to_dict(sketch: Sketch) -> dict[str, Any]:
 
 def load_sketch(path: str | Path) -> Sketch:
     """A sketch from a JSON file in our format or TACCL's."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except json.JSONDecodeError as exc:
-        raise SketchError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    except OSError as exc:
-        raise SketchError(f"{path}: cannot read the sketch ({exc.strerror})") from None
+    data = read_json_file(path, SketchError, "the sketch")
     try:
         sketch = Sketch.from_dict(data) if not _is_taccl(data) else sketch_from_taccl(data, name=Path(path).stem)
     except SketchError as exc:

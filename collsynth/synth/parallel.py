@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
@@ -13,9 +14,10 @@ def worker_init() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def make_pool(jobs: int) -> ProcessPoolExecutor:
+def make_pool(jobs: int, initializer: Callable[[], None] = worker_init) -> ProcessPoolExecutor:
+    """Spawned workers (z3 and forked threads do not mix), started with `initializer`."""
     return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=worker_init)
+                               initializer=initializer)
 
 
 def stop_pool(pool: ProcessPoolExecutor) -> None:

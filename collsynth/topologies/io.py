@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from collsynth.files import write_atomic
+from collsynth.files import read_json_file, write_atomic
 from collsynth.topologies.library import IB_EDR, builtin, multi_node
 from collsynth.topologies.model import Topology, TopologyError
 
@@ -26,17 +26,10 @@ def _is_taccl_profile(data: dict[str, Any]) -> bool:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
+    if not path.exists():
         raise TopologyError(f"{path}: no such file; give a built-in name (collsynth topo list) or an existing "
-                            "JSON file") from None
-    except OSError as exc:
-        raise TopologyError(f"{path}: cannot read ({exc.strerror})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TopologyError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+                            "JSON file")
+    data = read_json_file(path, TopologyError, "the topology")
     if not isinstance(data, dict):
         raise TopologyError(f"{path}: a topology file holds one JSON object (num_ranks, links, ...); "
                             "see docs/formats.md")

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from runtime_helpers import compiled_library_program
 
 from collsynth.cli import main
 from collsynth.emit.msccl_xml import write_xml
@@ -136,20 +137,7 @@ def compiled(name: str) -> tuple[Algo, object]:
     if name in HAND_CASES:
         ir = HAND_CASES[name]()
         return ir, collective_for(ir)
-    algorithms = pytest.importorskip("collsynth.algorithms")
-    compiler = pytest.importorskip("collsynth.compiler")
-    topologies = pytest.importorskip("collsynth.topologies.library")
-    topology = topologies.fully_connected(8)
-    num_nodes, inplace = LIBRARY_CASES[name]
-    entry = algorithms.LIBRARY[name]
-    params = algorithms.suggested_parameters(entry, topology)
-    if entry.multi_node:
-        params["num_nodes"] = num_nodes
-    if entry.inplace:
-        params["inplace"] = inplace
-    program = entry.builder(topology, **params)
-    ir = compiler.compile_program(program)
-    return ir, collective_for(ir, program.collective) if ir.collective == "custom" else collective_for(ir)
+    return compiled_library_program(name, *LIBRARY_CASES[name])
 
 
 @pytest.mark.parametrize("name", [*HAND_CASES, *LIBRARY_CASES])

@@ -3,21 +3,18 @@ interpreter's buffers bit for bit (compiler output: nops, several dependencies, 
 
 import numpy as np
 import pytest
+from runtime_helpers import compiled_library_program
 
+from collsynth.algorithms import LIBRARY
 from collsynth.runtime import execute
 from collsynth.runtime.cuda import prepare
 from collsynth.runtime.cuda.numerics import element_type, random_inputs
-from collsynth.runtime.layout import collective_for
-
-algorithms = pytest.importorskip("collsynth.algorithms")
-compiler = pytest.importorskip("collsynth.compiler")
-topologies = pytest.importorskip("collsynth.topologies.library")
 
 
 def library_cases():
     """Every program x in-place where supported, on 8 fully connected ranks; multi-node ones on 2 nodes of 4."""
     cases = []
-    for name, entry in algorithms.LIBRARY.items():
+    for name, entry in LIBRARY.items():
         num_nodes = 2 if entry.multi_node else 1
         if entry.fits(8, num_nodes) is not None:
             continue
@@ -28,16 +25,7 @@ def library_cases():
 
 @pytest.mark.parametrize("name, num_nodes, inplace", library_cases())
 def test_library_program_on_the_kernel_model_matches_the_cpu(name, num_nodes, inplace):
-    topology = topologies.fully_connected(8)
-    entry = algorithms.LIBRARY[name]
-    params = algorithms.suggested_parameters(entry, topology)
-    if entry.multi_node:
-        params["num_nodes"] = num_nodes
-    if entry.inplace:
-        params["inplace"] = inplace
-    program = entry.builder(topology, **params)
-    ir = compiler.compile_program(program)
-    coll = collective_for(ir, program.collective) if ir.collective == "custom" else collective_for(ir)
+    ir, coll = compiled_library_program(name, num_nodes, inplace)
     etype = element_type("float32")
     inputs = random_inputs(etype, [(coll.input_chunks, 37)] * ir.ngpus, seed=len(name))
     prep = prepare(ir, inputs=inputs, collective=coll, reference="emulator", slot_bytes=64, nslots=2)
