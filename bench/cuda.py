@@ -20,10 +20,10 @@ import sys
 
 import numpy as np
 
+from collsynth.core.units import format_size, parse_size
 from collsynth.runtime.cuda import CudaBackendError, CudaRunner, CudaUnavailableError, import_cupy, prepare
 from collsynth.runtime.cuda.workloads import allpairs_allreduce, alltoall, ring_allgather, ring_allreduce
 from collsynth.runtime.layout import collective_for, make_inputs, plan_layout
-from collsynth.units import format_size, parse_size
 
 # (collective, algorithm, IR builder, busbw factor as a function of n, size is the output buffer)
 CASES = (

@@ -12,8 +12,8 @@ import time
 from rich.console import Console
 from rich.table import Table
 
+from collsynth.core.units import format_size
 from collsynth.runtime import execute, samples
-from collsynth.units import format_size
 
 REPEATS = 3
 TARGET_SECONDS = 2.0

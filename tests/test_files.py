@@ -3,7 +3,7 @@ import stat
 
 import pytest
 
-from collsynth.files import atomic_path, write_atomic
+from collsynth.core.files import atomic_path, write_atomic
 
 
 def test_write_atomic_gives_the_mode_a_plain_open_would(tmp_path):
@@ -29,8 +29,8 @@ def test_a_failed_write_leaves_nothing(tmp_path):
 
 
 def test_read_json_file_names_the_file_and_the_problem(tmp_path):
-    from collsynth.errors import CollsynthError
-    from collsynth.files import read_json_file
+    from collsynth.core.errors import CollsynthError
+    from collsynth.core.files import read_json_file
 
     good = tmp_path / "a.json"
     good.write_text('{"x": [1, 2]}')

@@ -1,5 +1,5 @@
 """DESIGN.md's one-way rule, checked on the source: a stage imports only stages above it in the list.
-Shared helpers at the top of the package (errors, units, files, limits) may be imported by any stage."""
+The shared vocabulary lives in the first stage, `core`, which every stage may import and which imports none."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import collsynth
 
-STAGES = ("topologies", "collectives", "encodings", "synth", "language", "algorithms", "ir", "compiler", "emit",
-          "runtime", "sim", "catalog", "regress", "cli")
-HELPERS = ("errors", "units", "files", "limits")
+STAGES = ("core", "topologies", "collectives", "schedule", "encodings", "synth", "language", "algorithms", "ir",
+          "compiler", "emit", "runtime", "sim", "tune", "catalog", "regress", "cli")
+HELPERS: tuple[str, ...] = ()
 # DESIGN.md's one exception: the face of collsynth.language offers MSCCLang's XML()/Check() drivers
 EXCEPTIONS = {Path("language/__init__.py")}
 PACKAGE = Path(collsynth.__file__).parent

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from collsynth.collectives.spec import Collective
-from collsynth.errors import CollsynthError
+from collsynth.core.errors import CollsynthError
+from collsynth.core.limits import MAX_COUNT
 from collsynth.language.builder import ProgramBuilder
-from collsynth.limits import MAX_COUNT
 from collsynth.topologies.model import Topology
 
 PROTOCOLS = ("Simple", "LL", "LL128")

@@ -33,7 +33,7 @@ from collsynth.catalog.isolate import new_pool, stop_pool
 from collsynth.catalog.plan import DEFAULT_ITEM_TIMEOUT_S, Plan, WorkItem, expand_plan
 from collsynth.catalog.results import ItemResult
 from collsynth.catalog.store import load_xml_text
-from collsynth.errors import CollsynthError
+from collsynth.core.errors import CollsynthError
 
 DEFAULT_STALE_AFTER_S = 6 * 3600.0
 

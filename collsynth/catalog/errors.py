@@ -1,6 +1,6 @@
 """Errors of the catalog stage (bad plans, missing or foreign databases, impossible exports)."""
 
-from collsynth.errors import CollsynthError
+from collsynth.core.errors import CollsynthError
 
 
 class CatalogError(CollsynthError):

@@ -43,9 +43,9 @@ from collsynth.catalog.results import SimPoint
 from collsynth.catalog.select import SizeRange, Winner, crossover, size_granule, size_ranges, winners_per_size
 from collsynth.catalog.store import current_umask, write_text_atomic
 from collsynth.collectives import canonical_name, display_name
+from collsynth.core.units import format_size
 from collsynth.ir import Algo
 from collsynth.topologies import Topology
-from collsynth.units import format_size
 
 
 @dataclass(frozen=True)

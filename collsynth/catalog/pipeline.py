@@ -19,9 +19,9 @@ from typing import Any
 from collsynth.catalog.plan import LIBRARY, CompileVariant, WorkItem
 from collsynth.catalog.results import EntryResult, ItemResult, SimPoint
 from collsynth.catalog.sources import build_library_program, synthesize_in_fresh_process, tool_versions
-from collsynth.errors import CollsynthError
+from collsynth.core.errors import CollsynthError
 from collsynth.ir import Algo
-from collsynth.synth import Algorithm
+from collsynth.schedule import Algorithm
 from collsynth.topologies import Topology
 
 

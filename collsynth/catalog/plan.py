@@ -51,9 +51,9 @@ from typing import Any
 import collsynth
 from collsynth.catalog.errors import PlanError
 from collsynth.collectives import Collective, resolve_collective
-from collsynth.errors import CollsynthError
+from collsynth.core.errors import CollsynthError
+from collsynth.core.units import parse_size
 from collsynth.topologies import Topology, resolve_topology
-from collsynth.units import parse_size
 
 PROTOCOLS = ("Simple", "LL", "LL128")
 LIBRARY = "library"

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from collsynth.catalog.db import Catalog, EntryRow
 from collsynth.catalog.errors import CatalogError
 from collsynth.collectives import canonical_name
-from collsynth.errors import CollsynthError
+from collsynth.core.errors import CollsynthError
 from collsynth.topologies import Topology, resolve_topology
 
 

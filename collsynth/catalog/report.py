@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from collsynth.collectives import display_name
-from collsynth.units import format_size
+from collsynth.core.units import format_size
 
 if TYPE_CHECKING:
     from collsynth.catalog.export import ExportGroup

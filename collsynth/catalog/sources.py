@@ -13,8 +13,8 @@ from typing import Any
 from collsynth.catalog.errors import CatalogError
 from collsynth.catalog.plan import LIBRARY, CompileVariant, WorkItem
 from collsynth.collectives import Collective
-from collsynth.errors import CollsynthError
-from collsynth.synth import Algorithm
+from collsynth.core.errors import CollsynthError
+from collsynth.schedule import Algorithm
 from collsynth.topologies import Topology
 
 

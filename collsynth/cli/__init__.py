@@ -7,7 +7,7 @@ import sys
 import click
 
 from collsynth.cli import algorithms, catalog, compile, export, lower, milp, regress, run, sim, synth, topo
-from collsynth.errors import CollsynthError
+from collsynth.core.errors import CollsynthError
 
 
 class _Main(click.Group):

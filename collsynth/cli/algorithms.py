@@ -114,8 +114,8 @@ def show_command(name: str, ranks: int | None, nodes: int | None, topology_spec:
                    f"{ir.num_steps} steps", err=True)
     if check_size is not None:
         from collsynth.compiler import instance_collective
+        from collsynth.core.units import parse_size
         from collsynth.runtime import execute
-        from collsynth.units import parse_size
 
         result = execute(ir, backend="cpu", nbytes=parse_size(check_size),
                          collective=instance_collective(program.collective, program.instances))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from collsynth.units import format_size, parse_size
+from collsynth.core.units import format_size, parse_size
 
 DEFAULT_DB = "catalog.sqlite"
 _db_option = click.option("--db", "db_path", default=DEFAULT_DB, show_default=True,

@@ -22,7 +22,7 @@ import click
 
 from collsynth.collectives import Collective
 from collsynth.compiler import CompileError, compile_program, instance_collective
-from collsynth.errors import CollsynthError
+from collsynth.core.errors import CollsynthError
 from collsynth.ir import Algo
 from collsynth.language import Program
 from collsynth.language.builder import CAPTURE

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from collsynth.units import format_size, parse_size
+from collsynth.core.units import format_size, parse_size
 
 
 @click.group("export")

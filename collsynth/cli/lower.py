@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from collsynth.files import write_atomic
-from collsynth.synth import Algorithm, verify
+from collsynth.core.files import write_atomic
+from collsynth.schedule import Algorithm, verify
 
 
 def checkable_size(nbytes: int, ir, itemsize: int = 4) -> int:
@@ -31,10 +31,10 @@ def lower(algorithm: str, output: str | None, xml_path: str | None, instances: i
     The algorithm is verified first; the compiled IR is run through the reference interpreter before any
     XML is written. With neither -o nor --xml, the program is printed."""
     from collsynth.compiler import compile_program
+    from collsynth.core.units import parse_size
     from collsynth.emit.msccl_xml import write_xml
     from collsynth.language.lower import lower_to_program, program_to_python
     from collsynth.runtime import execute
-    from collsynth.units import parse_size
 
     algo = Algorithm.load(algorithm)
     verify(algo)

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import click
 
+from collsynth.core.errors import CollsynthError
+from collsynth.core.files import read_json_file, write_atomic
+from collsynth.core.units import parse_size
 from collsynth.encodings.sketch import Sketch, load_sketch
-from collsynth.errors import CollsynthError
-from collsynth.files import read_json_file, write_atomic
 from collsynth.topologies import Topology, TopologyError, resolve_topology
-from collsynth.units import parse_size
 
 
 class MilpCliError(CollsynthError):

@@ -29,7 +29,7 @@ def regress(quick: bool, suite_path: Path | None, report_dir: Path | None, jobs:
     interpreter, predicted time per size, who wins and by how much. Exits 1 on a regression (a wrong result,
     or slower than the baseline beyond the tolerance), 0 otherwise."""
     from collsynth.catalog import load_plan
-    from collsynth.errors import CollsynthError
+    from collsynth.core.errors import CollsynthError
     from collsynth.regress import (
         BASELINE_PATH,
         load_baseline,

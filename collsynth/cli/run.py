@@ -7,11 +7,11 @@ import sys
 import click
 
 from collsynth.collectives.spec import resolve_collective
+from collsynth.core.units import parse_size
 from collsynth.emit.msccl_xml import read_xml
 from collsynth.runtime import BACKENDS, execute
 from collsynth.runtime.layout import collective_for
 from collsynth.runtime.numerics import FORMATS, REDUCTION_OPS, number_format, reduction_op
-from collsynth.units import parse_size
 
 # Plain strings checked in the command (not click.Choice) so that a bad value is one `error:` line, exit 2.
 _DTYPE_METAVAR = "[" + "|".join(FORMATS) + "]"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
+from collsynth.core.units import parse_size
 from collsynth.sim import SimModel, SimResult, simulate, size_sweep
 from collsynth.sim.nccl import SimError, dtype_info
-from collsynth.units import parse_size
 
 
 def parse_sizes(text: str) -> list[int]:

@@ -11,8 +11,8 @@ from typing import Any
 import click
 
 from collsynth.collectives import Collective, display_name, resolve_collective
-from collsynth.errors import CollsynthError
-from collsynth.files import write_atomic
+from collsynth.core.errors import CollsynthError
+from collsynth.core.files import write_atomic
 from collsynth.topologies import Topology, resolve_topology
 
 

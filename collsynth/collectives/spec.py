@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from collsynth.errors import CollsynthError
-from collsynth.files import read_json_file
+from collsynth.core.errors import CollsynthError
+from collsynth.core.files import read_json_file
 
 
 class CollectiveError(CollsynthError):

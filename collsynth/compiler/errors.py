@@ -1,6 +1,6 @@
 """Errors raised by the compiler passes."""
 
-from collsynth.errors import CollsynthError
+from collsynth.core.errors import CollsynthError
 
 
 class CompileError(CollsynthError):

@@ -30,9 +30,9 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from collsynth.core.errors import CollsynthError
+from collsynth.core.files import write_atomic
 from collsynth.emit import chakra_schema as et
-from collsynth.errors import CollsynthError
-from collsynth.files import write_atomic
 from collsynth.ir import MAX_CHANNELS, RECEIVING_TYPES, SENDING_TYPES, STEP_TYPES, Algo
 
 SCHEMA_VERSION = "0.0.4"

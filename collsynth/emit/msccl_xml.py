@@ -60,8 +60,8 @@ from pathlib import Path
 
 from lxml import etree
 
-from collsynth.errors import CollsynthError
-from collsynth.files import write_atomic
+from collsynth.core.errors import CollsynthError
+from collsynth.core.files import write_atomic
 from collsynth.ir import Algo, Gpu, Step, Threadblock
 from collsynth.ir.validate import validate
 

@@ -26,8 +26,8 @@ import highspy
 import numpy as np
 
 from collsynth.collectives import Collective
+from collsynth.core.errors import CollsynthError
 from collsynth.encodings.sccl_z3 import instance_symmetries, orbits
-from collsynth.errors import CollsynthError
 from collsynth.topologies import Topology
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from collsynth.errors import CollsynthError
+from collsynth.core.errors import CollsynthError
 
 INF = math.inf
 SOLVERS = ("cbc", "highs")

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from types import MappingProxyType
 
-from collsynth.errors import CollsynthError
+from collsynth.core.errors import CollsynthError
 
 Arc = tuple[int, int]
 COPY = "copy"

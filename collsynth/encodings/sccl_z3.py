@@ -40,7 +40,7 @@ import z3
 from networkx.algorithms.isomorphism import DiGraphMatcher
 
 from collsynth.collectives import Collective
-from collsynth.errors import CollsynthError
+from collsynth.core.errors import CollsynthError
 from collsynth.topologies import Link, Switch, Topology
 
 SAT = "sat"

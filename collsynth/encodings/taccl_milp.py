@@ -27,10 +27,10 @@ from types import MappingProxyType
 
 import numpy as np
 
+from collsynth.core.errors import CollsynthError
 from collsynth.encodings.milp_instance import Arc, RoutingInstance, shortest_times
 from collsynth.encodings.milp_model import INF, MilpModel, ModelSize
 from collsynth.encodings.milp_ordering import COPY, Orders, ScheduleProblem, Timing, Transfer, join_candidates
-from collsynth.errors import CollsynthError
 
 # release-time rows per link / budget (see _release_subsets)
 MAX_RELEASE_ROWS = 6

@@ -18,30 +18,27 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from collsynth.limits import MAX_CHANNELS, MAX_COUNT, MAX_STEPS_PER_TB, MAX_TBS_PER_CHANNEL  # noqa: F401  (re-exported)
+from collsynth.core.enums import StepType
+from collsynth.core.limits import MAX_CHANNELS, MAX_COUNT, MAX_STEPS_PER_TB, MAX_TBS_PER_CHANNEL  # noqa: F401  (re-exported)
+from collsynth.core.steps import RECEIVING_TYPES, REDUCING_TYPES, SENDING_TYPES  # noqa: F401  (re-exported)
 
-# MSCCL-IR step types.
-SEND = "s"
-RECV = "r"
-RECV_COPY_SEND = "rcs"
-RECV_REDUCE_SEND = "rrs"
-RECV_REDUCE_COPY = "rrc"
-RECV_REDUCE_COPY_SEND = "rrcs"
-COPY = "cpy"
-REDUCE = "re"
-NOP = "nop"
-STEP_TYPES = (SEND, RECV, RECV_COPY_SEND, RECV_REDUCE_SEND, RECV_REDUCE_COPY, RECV_REDUCE_COPY_SEND, COPY,
-              REDUCE, NOP)
-
-# Which step types send to the threadblock's send peer / receive from its recv peer.
-SENDING_TYPES = frozenset({SEND, RECV_COPY_SEND, RECV_REDUCE_SEND, RECV_REDUCE_COPY_SEND})
-RECEIVING_TYPES = frozenset({RECV, RECV_COPY_SEND, RECV_REDUCE_SEND, RECV_REDUCE_COPY, RECV_REDUCE_COPY_SEND})
-REDUCING_TYPES = frozenset({RECV_REDUCE_SEND, RECV_REDUCE_COPY, RECV_REDUCE_COPY_SEND, REDUCE})
+# MSCCL-IR step types and what they do: one table in collsynth.core.steps (re-exported under the names the
+# stages have always used).
+SEND = StepType.SEND
+RECV = StepType.RECV
+RECV_COPY_SEND = StepType.RECV_COPY_SEND
+RECV_REDUCE_SEND = StepType.RECV_REDUCE_SEND
+RECV_REDUCE_COPY = StepType.RECV_REDUCE_COPY
+RECV_REDUCE_COPY_SEND = StepType.RECV_REDUCE_COPY_SEND
+COPY = StepType.COPY
+REDUCE = StepType.REDUCE
+NOP = StepType.NOP
+STEP_TYPES = tuple(StepType)
 
 BUFFERS = ("i", "o", "s")
 PROTOCOLS = ("Simple", "LL", "LL128")
 
-# MSCCL runtime limits (checked by the compiler before anything is emitted) live in collsynth.limits.
+# MSCCL runtime limits (checked by the compiler before anything is emitted) live in collsynth.core.limits.
 
 
 @dataclass(frozen=True)

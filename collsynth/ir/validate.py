@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from collsynth.errors import CollsynthError
+from collsynth.core.errors import CollsynthError
 from collsynth.ir import (
     BUFFERS,
     COPY,

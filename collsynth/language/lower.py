@@ -27,7 +27,7 @@ from collections import defaultdict
 from collsynth.collectives import STANDARD, make_collective
 from collsynth.language.builder import ProgramBuilder
 from collsynth.language.program import Program, ProgramError, alias_slot
-from collsynth.synth.algorithm import REDUCE, Algorithm, Send
+from collsynth.schedule.algorithm import REDUCE, Algorithm, Send
 from collsynth.topologies import TopologyError, resolve_topology
 
 INPUT, OUTPUT, SCRATCH = "input", "output", "scratch"

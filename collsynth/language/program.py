@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from collsynth.collectives import Collective
-from collsynth.errors import CollsynthError
+from collsynth.core.errors import CollsynthError
 from collsynth.language.buffers import INPUT, OUTPUT, is_scratch
 from collsynth.topologies import Topology
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from collsynth.catalog.store import write_text_atomic
-from collsynth.errors import CollsynthError
+from collsynth.core.errors import CollsynthError
 
 FORMAT = "collsynth.regress-baseline/1"
 BASELINE_PATH = Path(__file__).resolve().parent / "baseline.json"

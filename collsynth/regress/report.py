@@ -9,8 +9,8 @@ from pathlib import Path
 
 from collsynth.catalog.store import write_text_atomic
 from collsynth.collectives import display_name
+from collsynth.core.units import format_size
 from collsynth.regress.suite import IMPROVEMENT, NEW, REGRESSION, CaseEntry, RegressResult
-from collsynth.units import format_size
 
 
 def summary_text(result: RegressResult) -> str:

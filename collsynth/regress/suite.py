@@ -305,7 +305,7 @@ def regress(plan: Plan, baseline: Baseline, *, tolerance: float = DEFAULT_TOLERA
             db_path: str | Path | None = None, on_event: Callable[[BuildEvent], None] | None = None,
             expected: Sequence[tuple[str, str]] = EXPECTED_SHAPES) -> RegressResult:
     """Run the suite and judge it (module docstring)."""
-    from collsynth.errors import CollsynthError
+    from collsynth.core.errors import CollsynthError
 
     if not 0 <= tolerance < 1:
         raise CollsynthError(f"tolerance must be in [0, 1), got {tolerance}; e.g. 0.05 for 5 %")
@@ -316,6 +316,6 @@ def regress(plan: Plan, baseline: Baseline, *, tolerance: float = DEFAULT_TOLERA
 
 
 def _size(nbytes: int) -> str:
-    from collsynth.units import format_size
+    from collsynth.core.units import format_size
 
     return format_size(nbytes)

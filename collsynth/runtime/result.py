@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from collsynth.errors import CollsynthError
-from collsynth.units import format_size
+from collsynth.core.errors import CollsynthError
+from collsynth.core.units import format_size
 
 # Kinds of failure a backend reports (`ExecutionResult.failure`).
 DEADLOCK = "deadlock"  # nothing runnable, work left

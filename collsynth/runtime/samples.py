@@ -7,7 +7,7 @@ into scratch with local `re`/`cpy`/`nop` steps and cross-threadblock dependencie
 
 from __future__ import annotations
 
-from collsynth.errors import CollsynthError
+from collsynth.core.errors import CollsynthError
 from collsynth.ir import (
     COPY,
     NOP,

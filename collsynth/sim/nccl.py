@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from collsynth.collectives.spec import canonical_name
-from collsynth.errors import CollsynthError
+from collsynth.core.errors import CollsynthError
 
 
 class SimError(CollsynthError):

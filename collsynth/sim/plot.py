@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from collsynth.collectives.spec import display_name
-from collsynth.files import atomic_path
+from collsynth.core.files import atomic_path
 from collsynth.sim.nccl import SimError
 from collsynth.sim.simulate import SimResult
 

@@ -11,10 +11,10 @@ from typing import Any
 import z3
 
 from collsynth.collectives import Collective, display_name
+from collsynth.core.errors import CollsynthError
 from collsynth.encodings.bounds import lower_bound_rounds_per_chunk, lower_bound_steps
 from collsynth.encodings.sccl_z3 import SAT, TIMEOUT, UNSAT, InstanceOutcome, InstanceSolver, greedy_schedule
-from collsynth.errors import CollsynthError
-from collsynth.synth.algorithm import Algorithm
+from collsynth.schedule.algorithm import Algorithm
 from collsynth.synth.problem import (
     COMPOSED,
     allreduce_parts,

@@ -35,6 +35,8 @@ from typing import Any
 
 from collsynth.collectives import Collective
 from collsynth.collectives.spec import canonical_name, make_collective
+from collsynth.core.errors import CollsynthError
+from collsynth.core.files import write_atomic
 from collsynth.encodings.milp_bounds import best_sketch_bound
 from collsynth.encodings.milp_instance import RoutingInstance, build_instance
 from collsynth.encodings.milp_model import CBC_KILL_GRACE, CBC_STOP_GRACE, SOLVERS, ModelSize, SolverError, SolveResult
@@ -72,10 +74,8 @@ from collsynth.encodings.taccl_milp import (
     set_makespan_objective,
     transfers_from_routes,
 )
-from collsynth.errors import CollsynthError
-from collsynth.files import write_atomic
-from collsynth.synth.algorithm import Algorithm, Send, Step
-from collsynth.synth.verify import verify
+from collsynth.schedule.algorithm import Algorithm, Send, Step
+from collsynth.schedule.verify import verify
 from collsynth.topologies import Topology
 
 MB = 1 << 20

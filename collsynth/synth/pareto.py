@@ -42,7 +42,7 @@ from collsynth.encodings.sccl_z3 import (
     greedy_schedule,
     reversed_topology,
 )
-from collsynth.synth.algorithm import Algorithm
+from collsynth.schedule.algorithm import Algorithm
 from collsynth.synth.instance import Attempt, SynthesisError, algorithm_name, least_rounds, solver_provenance
 from collsynth.synth.parallel import explore_chunks_task, make_pool, stop_pool
 from collsynth.synth.problem import (

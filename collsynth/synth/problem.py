@@ -17,8 +17,8 @@ from typing import Any
 
 from collsynth.collectives import STANDARD, Collective, custom_collective, make_collective
 from collsynth.encodings.sccl_z3 import EncodingError, Schedule, reversed_topology
-from collsynth.synth.algorithm import COPY, REDUCE, Algorithm, Send, Step
-from collsynth.synth.verify import verify
+from collsynth.schedule.algorithm import COPY, REDUCE, Algorithm, Send, Step
+from collsynth.schedule.verify import verify
 from collsynth.topologies import Topology
 
 DIRECT = "direct"  # encode the collective itself

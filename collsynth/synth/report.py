@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from collsynth.collectives import display_name
-from collsynth.files import atomic_path, write_atomic
+from collsynth.core.files import atomic_path, write_atomic
 from collsynth.synth.pareto import ParetoPoint, ParetoResult
 from collsynth.topologies import Topology
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from collsynth.files import atomic_path
-from collsynth.synth.algorithm import REDUCE, Algorithm
+from collsynth.core.files import atomic_path
+from collsynth.schedule.algorithm import REDUCE, Algorithm
 
 _Bar = tuple[int, int, int, str, float, float]  # chunk, src, dst, op, start, duration
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import networkx as nx
 
-from collsynth.files import atomic_path
+from collsynth.core.files import atomic_path
 from collsynth.topologies.model import Topology, TopologyError
 
 KIND_COLOURS = {"nvlink": "#4c9a2a", "xgmi": "#c0392b", "ib": "#2e6fbd", "pcie": "#7f7f7f"}

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from collsynth.files import read_json_file, write_atomic
+from collsynth.core.files import read_json_file, write_atomic
 from collsynth.topologies.library import IB_EDR, builtin, multi_node
 from collsynth.topologies.model import Topology, TopologyError
 

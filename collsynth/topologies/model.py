@@ -20,7 +20,7 @@ from typing import Any
 
 import networkx as nx
 
-from collsynth.errors import CollsynthError
+from collsynth.core.errors import CollsynthError
 
 # Default alpha-beta costs by link class (V100 NVLink / InfiniBand EDR as in TACCL's NDv2 profile).
 NVLINK_ALPHA_US = 0.7

@@ -26,13 +26,13 @@ from collsynth.algorithms import (
     two_step_alltoall,
 )
 from collsynth.compiler import compile_program, instance_collective
+from collsynth.core.errors import CollsynthError
+from collsynth.core.limits import MAX_TBS_PER_CHANNEL
 from collsynth.emit.msccl_xml import ir_to_xml, read_xml, write_xml
-from collsynth.errors import CollsynthError
 from collsynth.ir import MAX_CHANNELS, MAX_COUNT, MAX_STEPS_PER_TB, NOP
 from collsynth.ir.validate import validate
 from collsynth.language import run_symbolic
 from collsynth.language.symbolic import check_postcondition
-from collsynth.limits import MAX_TBS_PER_CHANNEL
 from collsynth.runtime import execute
 from collsynth.topologies.library import fully_connected
 from collsynth.topologies.model import Link, Topology

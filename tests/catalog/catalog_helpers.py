@@ -7,7 +7,7 @@ from pathlib import Path
 
 from collsynth.catalog import Plan, load_plan
 from collsynth.collectives import make_collective
-from collsynth.synth import Algorithm, Send, Step, verify
+from collsynth.schedule import Algorithm, Send, Step, verify
 from collsynth.topologies import resolve_topology
 
 LIBRARY_PLAN = """

@@ -358,7 +358,7 @@ def test_a_pool_that_breaks_during_submission_is_restarted(tmp_path: Path, monke
 
 def test_a_pool_that_never_starts_gives_one_line(tmp_path: Path, monkeypatch) -> None:
     from collsynth.catalog import build as build_module
-    from collsynth.errors import CollsynthError
+    from collsynth.core.errors import CollsynthError
 
     real_new_pool = build_module.new_pool
 

@@ -21,7 +21,7 @@ from collsynth.collectives import (
     make_collective,
     resolve_collective,
 )
-from collsynth.errors import CollsynthError
+from collsynth.core.errors import CollsynthError
 
 ROOTED = ("broadcast", "gather", "scatter", "reduce")
 SIZES = [(1, 1), (2, 1), (3, 2), (4, 1), (5, 3), (8, 2)]

@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 
 from collsynth.collectives import Collective, alltonext, make_collective
-from collsynth.synth import Algorithm, verify
+from collsynth.schedule import Algorithm, verify
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "formats.md"
 

@@ -4,6 +4,7 @@ from dataclasses import replace
 import pytest
 from lxml import etree
 
+from collsynth.core.errors import CollsynthError
 from collsynth.emit.msccl_xml import (
     ALGO_ATTRS,
     GPU_ATTRS,
@@ -14,7 +15,6 @@ from collsynth.emit.msccl_xml import (
     read_xml,
     write_xml,
 )
-from collsynth.errors import CollsynthError
 from collsynth.ir import STEP_TYPES, Algo, Gpu, Step, Threadblock
 from collsynth.ir.validate import IRError
 from collsynth.runtime import samples

@@ -7,9 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from collsynth.collectives import make_collective
+from collsynth.core.errors import CollsynthError
 from collsynth.encodings.bounds import ImpossibleCollectiveError, lower_bound_rounds_per_chunk, lower_bound_steps
 from collsynth.encodings.sccl_z3 import SAT, InstanceSolver
-from collsynth.errors import CollsynthError
 from collsynth.topologies import Link, Topology, dgx1, fully_connected, line, ring
 
 

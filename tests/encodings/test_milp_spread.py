@@ -18,8 +18,8 @@ from collsynth.encodings.milp_spread import (
 )
 from collsynth.encodings.sketch import sketch_from_taccl
 from collsynth.encodings.taccl_milp import check_routes, heuristic_routes, transfers_from_routes
+from collsynth.schedule.verify import verify
 from collsynth.synth.milp import synthesize_milp
-from collsynth.synth.verify import verify
 from collsynth.topologies.taccl import load_taccl_profile
 
 KB = 1 << 10

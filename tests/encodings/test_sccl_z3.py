@@ -21,7 +21,7 @@ from collsynth.encodings.sccl_z3 import (
     reversed_topology,
     tight_rounds,
 )
-from collsynth.synth import Algorithm, Send, Step, verify
+from collsynth.schedule import Algorithm, Send, Step, verify
 from collsynth.topologies import Link, Switch, Topology, dgx1, fully_connected, line, ring
 
 

@@ -2,7 +2,7 @@ from dataclasses import replace
 
 import pytest
 
-from collsynth.errors import CollsynthError
+from collsynth.core.errors import CollsynthError
 from collsynth.ir import MAX_STEPS_PER_TB, Algo, Step, Threadblock, coll_spelling
 from collsynth.ir.validate import MAX_XML_NODES, IRError, validate
 from collsynth.runtime import samples

@@ -4,7 +4,7 @@ import pytest
 
 from collsynth.collectives import make_collective
 from collsynth.language.lower import lower_to_program, program_to_python
-from collsynth.synth import COPY, REDUCE, Algorithm, Send, Step, verify
+from collsynth.schedule import COPY, REDUCE, Algorithm, Send, Step, verify
 from collsynth.topologies import fully_connected, line, ring
 
 

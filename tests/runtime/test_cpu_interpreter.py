@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from collsynth.collectives.spec import custom_collective, make_collective
-from collsynth.errors import CollsynthError
+from collsynth.core.errors import CollsynthError
 from collsynth.ir import Algo, Gpu, Step, Threadblock
 from collsynth.runtime import ExecutionResult, execute, samples
 from collsynth.runtime.layout import ExecutionError

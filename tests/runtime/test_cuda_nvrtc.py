@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from collsynth.errors import CollsynthError
+from collsynth.core.errors import CollsynthError
 from collsynth.runtime.cuda.build import (
     CUPY_NVRTC_OPTIONS,
     NvrtcCompileError,

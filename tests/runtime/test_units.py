@@ -3,8 +3,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collsynth.errors import CollsynthError
-from collsynth.units import SizeError, format_size, parse_size
+from collsynth.core.errors import CollsynthError
+from collsynth.core.units import SizeError, format_size, parse_size
 
 
 @pytest.mark.parametrize("text, value", [

@@ -17,7 +17,7 @@ from sim_irs import (
     send_recv_ir,
 )
 
-from collsynth.errors import CollsynthError
+from collsynth.core.errors import CollsynthError
 from collsynth.ir import Algo, Gpu, Step, Threadblock
 from collsynth.sim import SimError, SimModel, simulate
 from collsynth.topologies import Link, Switch, Topology, fully_connected, line, ring

@@ -3,7 +3,7 @@
 import pytest
 
 from collsynth.collectives import make_collective
-from collsynth.synth import COPY, REDUCE, Algorithm, AlgorithmError, Send, Step, verify
+from collsynth.schedule import COPY, REDUCE, Algorithm, AlgorithmError, Send, Step, verify
 from collsynth.topologies import Link, Switch, Topology, fully_connected, ring
 
 

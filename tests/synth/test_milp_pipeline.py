@@ -5,8 +5,8 @@ import json
 import pytest
 
 from collsynth.encodings.sketch import Sketch, SketchError, SwitchSketch, sketch_from_taccl
-from collsynth.synth import verify
-from collsynth.synth.algorithm import REDUCE, Algorithm
+from collsynth.schedule import verify
+from collsynth.schedule.algorithm import REDUCE, Algorithm
 from collsynth.synth.milp import MilpSynthesisError, synthesize_milp, write_report
 from collsynth.synth.timeline import timeline_text
 from collsynth.topologies import fully_connected, ring

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from collsynth.cli import main
-from collsynth.synth import Algorithm, verify
+from collsynth.schedule import Algorithm, verify
 from collsynth.topologies import Link, Topology
 
 

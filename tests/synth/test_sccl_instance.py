@@ -5,8 +5,8 @@ from fractions import Fraction
 import pytest
 
 from collsynth.collectives import custom_collective, make_collective
-from collsynth.errors import CollsynthError
-from collsynth.synth import Algorithm, verify
+from collsynth.core.errors import CollsynthError
+from collsynth.schedule import Algorithm, verify
 from collsynth.synth.instance import synthesize_instance
 from collsynth.synth.least_steps import least_steps
 from collsynth.synth.problem import (

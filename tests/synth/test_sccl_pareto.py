@@ -5,7 +5,7 @@ from fractions import Fraction
 import pytest
 
 from collsynth.collectives import make_collective
-from collsynth.synth import verify
+from collsynth.schedule import verify
 from collsynth.synth.pareto import (
     BOUND_MET,
     MAX_CHUNKS,
@@ -184,7 +184,7 @@ def test_pareto_optimal_keeps_the_fewest_chunks_among_equals():
 
 
 def test_bad_arguments():
-    from collsynth.errors import CollsynthError
+    from collsynth.core.errors import CollsynthError
 
     with pytest.raises(CollsynthError, match="max chunks"):
         pareto_frontier(ring(4), make_collective("allgather", 4), max_chunks=0)

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from collsynth.errors import CollsynthError
+from collsynth.core.errors import CollsynthError
 from collsynth.topologies import (
     BUILTIN_TOPOLOGIES,
     BUILTINS,
@@ -294,7 +294,7 @@ def test_msccl_star_import_gives_the_builders():
 def test_nvswitch_port_budget_binds_in_verify():
     """A sensible SMT instance: any single send per port per round is fine, two sends out of one port are not."""
     from collsynth.collectives import custom_collective, make_collective
-    from collsynth.synth import Algorithm, AlgorithmError, Send, Step, verify
+    from collsynth.schedule import Algorithm, AlgorithmError, Send, Step, verify
 
     topo = builtin("dgx2")
     n = topo.num_ranks

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from collsynth.synth.algorithm import COPY, REDUCE, Algorithm, AlgorithmError
+from collsynth.schedule.algorithm import COPY, REDUCE, Algorithm, AlgorithmError
 
 
 def verify(algorithm: Algorithm) -> None:

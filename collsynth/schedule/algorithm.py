@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from collsynth.collectives import Collective
-from collsynth.errors import CollsynthError
+from collsynth.core.errors import CollsynthError
 from collsynth.topologies import Topology
 
 COPY = "copy"

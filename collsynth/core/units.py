@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from collsynth.errors import CollsynthError
+from collsynth.core.errors import CollsynthError
 
 
 class SizeError(CollsynthError):

@@ -1,0 +1,58 @@
+"""THE step-semantics table: what each MSCCL-IR step type does. The compiler, the IR validator, the
+interpreters, the simulator, the CUDA flattening and the exporters all read this table; nobody else lists
+which step types send, receive or reduce.
+
+A step reads `srcbuf[srcoff:srcoff+cnt]` (its own GPU) and/or the chunk arriving from the threadblock's receive
+peer, and writes `dstbuf[dstoff:dstoff+cnt]` (its own GPU) and/or sends to the threadblock's send peer:
+
+    s     send src                          r     dst = recv
+    rcs   dst = recv; send recv             rrs   send (recv + src)
+    rrc   dst = recv + src                  rrcs  dst = recv + src; send dst
+    cpy   dst = src                         re    dst = dst + src
+    nop   nothing (carries dependencies)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from collsynth.core.enums import StepType
+
+
+@dataclass(frozen=True)
+class StepSemantics:
+    sends: bool  # sends cnt chunks to the threadblock's send peer
+    receives: bool  # receives cnt chunks from the threadblock's recv peer
+    reduces: bool  # combines two values with the redop
+    reads_src: bool  # reads srcbuf[srcoff:] on its own GPU
+    writes_dst: bool  # writes dstbuf[dstoff:] on its own GPU
+    code: int  # the step's number in the CUDA interpreter kernel (kernel.cu's STEP_* codes)
+
+    @property
+    def local(self) -> bool:
+        """Neither sends nor receives: a local copy/reduce or a nop."""
+        return not (self.sends or self.receives)
+
+
+STEP_SEMANTICS: MappingProxyType[StepType, StepSemantics] = MappingProxyType({
+    #                                      sends  recv   reduce reads  writes code
+    StepType.SEND: StepSemantics(True, False, False, True, False, 0),
+    StepType.RECV: StepSemantics(False, True, False, False, True, 1),
+    StepType.RECV_COPY_SEND: StepSemantics(True, True, False, False, True, 2),
+    StepType.RECV_REDUCE_SEND: StepSemantics(True, True, True, True, False, 3),
+    StepType.RECV_REDUCE_COPY: StepSemantics(False, True, True, True, True, 4),
+    StepType.RECV_REDUCE_COPY_SEND: StepSemantics(True, True, True, True, True, 5),
+    StepType.COPY: StepSemantics(False, False, False, True, True, 6),
+    StepType.REDUCE: StepSemantics(False, False, True, True, True, 7),
+    StepType.NOP: StepSemantics(False, False, False, False, False, 8),
+})
+
+SENDING_TYPES = frozenset(t for t, sem in STEP_SEMANTICS.items() if sem.sends)
+RECEIVING_TYPES = frozenset(t for t, sem in STEP_SEMANTICS.items() if sem.receives)
+REDUCING_TYPES = frozenset(t for t, sem in STEP_SEMANTICS.items() if sem.reduces)
+
+
+def semantics(step_type: str) -> StepSemantics:
+    """The semantics of a step type given as a `StepType` or its XML spelling."""
+    return STEP_SEMANTICS[StepType(step_type)]
