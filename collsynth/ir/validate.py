@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections import Counter
 
 from collsynth.core.errors import CollsynthError
+from collsynth.core.steps import LOCAL_DST_TYPES, LOCAL_SRC_TYPES
 from collsynth.ir import (
     BUFFERS,
-    COPY,
     MAX_CHANNELS,
     MAX_COUNT,
     MAX_STEPS_PER_TB,
@@ -25,13 +25,6 @@ from collsynth.ir import (
     NOP,
     PROTOCOLS,
     RECEIVING_TYPES,
-    RECV,
-    RECV_COPY_SEND,
-    RECV_REDUCE_COPY,
-    RECV_REDUCE_COPY_SEND,
-    RECV_REDUCE_SEND,
-    REDUCE,
-    SEND,
     SENDING_TYPES,
     STEP_TYPES,
     Algo,
@@ -50,8 +43,6 @@ _BAD_NAME_CHARS = set('"<>&\t\n\r')
 
 # Which operands of a step are local buffer ranges the step reads or writes (the others are informational:
 # a send's dst names the receiver's slot, a receive's src the sender's).
-LOCAL_SRC_TYPES = frozenset({SEND, RECV_REDUCE_SEND, RECV_REDUCE_COPY, RECV_REDUCE_COPY_SEND, COPY, REDUCE})
-LOCAL_DST_TYPES = frozenset({RECV, RECV_COPY_SEND, RECV_REDUCE_COPY, RECV_REDUCE_COPY_SEND, COPY, REDUCE})
 
 
 class IRError(CollsynthError):

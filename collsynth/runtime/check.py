@@ -93,6 +93,8 @@ def _tolerance(collective: Collective, fmt, op: str, inputs: Sequence[np.ndarray
 def _describe(collective: Collective, op: str, rank: int, row: int, actual: np.ndarray, expected: np.ndarray,
               written: Sequence[np.ndarray] | None) -> str:
     chunk = collective.output_chunk(rank, row)
+    if chunk is None:  # rows no chunk must reach are never checked, so never described
+        return f"rank {rank} output[{row}] holds unexpected data"
     if collective.combining:
         want = f"the {OP_NOUNS[op]} of chunk {chunk} over ranks {sorted(collective.pre[chunk])}"
     else:

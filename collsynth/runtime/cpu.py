@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -119,7 +120,7 @@ def execute_cpu(ir: Algo, nbytes: int | None = None, dtype: str = "float32", see
     started = time.perf_counter()
     try:
         steps_run = 0
-        written: list[np.ndarray] = []
+        written: list[list[np.ndarray]] = []
         for lo, hi in _tile_ranges(layout, tile_by_tile):
             programs, labels, written = _compile(ir, memory, lo, hi, fmt, op)
             steps_run += _run(ir, programs, labels, fifo_capacity)
@@ -234,6 +235,22 @@ class _Op:
 
     __slots__ = ("type", "s", "cnt", "label", "src", "src_written", "dst", "dst_written", "recv_key", "send_key",
                  "dep_tb", "dep_step", "publishes", "reduce", "reduce_into", "reduce_verb")
+    type: str
+    s: int
+    cnt: int
+    label: str
+    src: Any
+    src_written: Any
+    dst: Any
+    dst_written: Any
+    recv_key: tuple[int, int, int] | None
+    send_key: tuple[int, int, int] | None
+    dep_tb: int
+    dep_step: int
+    publishes: bool
+    reduce: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    reduce_into: Callable[[np.ndarray, np.ndarray, np.ndarray], None]
+    reduce_verb: str
 
 
 def _compile(ir: Algo, memory: _Memory, lo: int, hi: int, fmt: NumberFormat, reduce_op: str,
@@ -329,11 +346,12 @@ def _run(ir: Algo, programs: list[list[_Op]], labels: list[str], capacity: int |
                 if message.shape[0] != op.cnt:
                     raise _Failure(MESSAGE_SIZE, f"{op.label} expects {op.cnt} chunk(s) but the oldest message on its "
                                    f"connection has {message.shape[0]} (sent by {origin})")
-                waiter = space_waiter.pop(op.recv_key, None)
+                waiter = space_waiter.pop(op.recv_key, None) if op.recv_key is not None else None
                 if waiter is not None:
                     ready.append(waiter)
             sent = _apply(op, message)
             if op.send_key is not None:
+                assert sent is not None  # every sending step type returns its message
                 fifos.setdefault(op.send_key, deque()).append((sent, op.label))
                 waiter = recv_waiter.pop(op.send_key, None)
                 if waiter is not None:
@@ -358,8 +376,9 @@ def _run(ir: Algo, programs: list[list[_Op]], labels: list[str], capacity: int |
     return steps_run
 
 
-def _apply(op: _Op, message: np.ndarray | None) -> np.ndarray | None:
-    """Do one step's data movement; return the message it sends (None if it sends nothing)."""
+def _apply(op: _Op, message: Any) -> np.ndarray | None:
+    """Do one step's data movement; return the message it sends (None if it sends nothing). `message` is the
+    received array for receiving step types (the runner checked it arrived), None for the others."""
     kind = op.type
     if op.src_written is not None and not op.src_written.all():
         raise _Failure(UNWRITTEN_READ, _unwritten(op, op.src_written, "reads"))
@@ -409,5 +428,6 @@ def _why_stuck(programs: list[list[_Op]], labels: list[str], pcs: list[int], fla
     if op.recv_key is not None and not fifos.get(op.recv_key):
         src, _, chan = op.recv_key
         return f"{op.label} waits for a message from rank {src} on channel {chan}; none ever arrives"
+    assert op.send_key is not None  # not waiting for a dependency or a message: waiting for room to send
     src, dst, chan = op.send_key
     return f"{op.label} waits for room on the connection to rank {dst} channel {chan} ({capacity} message(s) in flight)"

@@ -40,12 +40,11 @@ import heapq
 import itertools
 from dataclasses import dataclass
 
-from collsynth.ir import COPY, RECEIVING_TYPES, REDUCE, SENDING_TYPES, STEP_TYPES, Algo
+from collsynth.core.steps import LOCAL_TYPES
+from collsynth.ir import RECEIVING_TYPES, SENDING_TYPES, STEP_TYPES, Algo
 from collsynth.sim import protocol
 from collsynth.sim.nccl import SimError
 from collsynth.topologies.model import Topology
-
-LOCAL_TYPES = frozenset({COPY, REDUCE})
 
 # MSCCL/NCCL's per-connection FIFO depth (NCCL_STEPS): sends in flight before the receiver must catch up.
 FIFO_SLOTS = 8

@@ -16,6 +16,7 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -119,15 +120,23 @@ class Prepared:
         """False when the reference already shows the program cannot run correctly (no GPU run needed)."""
         return self.flat is not None and self.reference_failure not in PROGRAM_FAILURES
 
+    @property
+    def program(self) -> FlatProgram:
+        """The flat program; only runnable preparations have one."""
+        if self.flat is None:
+            raise CudaBackendError(f"{self.ir.name}: cannot run on the GPU: {self.reference_message}")
+        return self.flat
+
     def host_arena(self) -> np.ndarray:
         """The initial data arena: inputs in place, everything else zero."""
-        data = np.zeros(self.flat.data_elems, dtype=self.dtype.storage)
+        data = np.zeros(self.program.data_elems, dtype=self.dtype.storage)
         for rank, values in enumerate(self.inputs):
-            self.flat.buffer_view(data, rank, "i")[...] = values
+            self.program.buffer_view(data, rank, "i")[...] = values
         return data
 
     def outputs_of(self, data: np.ndarray) -> tuple[np.ndarray, ...]:
-        return tuple(self.flat.buffer_view(data, rank, "o").reshape(-1).copy() for rank in range(self.flat.ngpus))
+        flat = self.program
+        return tuple(flat.buffer_view(data, rank, "o").reshape(-1).copy() for rank in range(flat.ngpus))
 
 
 def prepare(ir: Algo, nbytes: int | None = None, dtype: str = "float32", seed: int = 0,
@@ -160,7 +169,7 @@ def prepare(ir: Algo, nbytes: int | None = None, dtype: str = "float32", seed: i
         ins = coerce_inputs(layout, etype.storage, [to_storage(etype.format, x) for x in inputs])
     else:  # exact for the op in any order (products too), so the check can be bit-exact
         ins = make_inputs(layout, etype.name, seed, op)
-    base = dict(ir=ir, collective=coll, layout=layout, dtype=etype, op=op, inputs=tuple(ins),
+    base: dict[str, Any] = dict(ir=ir, collective=coll, layout=layout, dtype=etype, op=op, inputs=tuple(ins),
                 reference_name="cpu" if use_cpu else reference if reference == "postcondition" else "emulator")
 
     def broken(kind: str, message: str, details: Sequence[str] = (), flat: FlatProgram | None = None) -> Prepared:
@@ -218,7 +227,7 @@ def _postcondition(coll: Collective, etype: ElementType, op: str, inputs: Sequen
 
 def compare_outputs(prep: Prepared, outputs: Sequence[np.ndarray]) -> list[str]:
     """Lines naming where the CUDA outputs differ bit-wise from the reference (empty when identical)."""
-    E = prep.flat.chunk_elems
+    E = prep.program.chunk_elems
     lines = []
     for rank, (got, want, mask) in enumerate(zip(outputs, prep.reference, prep.compare_mask, strict=True)):
         got_bits = got.reshape(-1, E).view(np.dtype(f"u{prep.dtype.itemsize}"))
@@ -274,7 +283,7 @@ class CudaRunner:
         raise ResidencyError(f"{name}: cannot make {nblocks} blocks resident")  # unreachable: check_residency raised
 
     def device_arrays(self, prep: Prepared):
-        cp, flat = self.cp, prep.flat
+        cp, flat = self.cp, prep.program
         return {
             "data": cp.asarray(prep.host_arena()),
             "fifo": cp.zeros(flat.fifo_elems, dtype=prep.dtype.storage),
@@ -289,14 +298,14 @@ class CudaRunner:
 
     def run_once(self, kernel, plan: LaunchPlan, prep: Prepared, arrays, pristine) -> float:
         """One launch from the initial buffers; returns its kernel time in seconds (CUDA events)."""
-        cp, flat = self.cp, prep.flat
+        cp, flat = self.cp, prep.program
         cp.copyto(arrays["data"], pristine)
         for key in ("tail", "head", "progress", "status", "abort"):
             arrays[key].fill(0)
         stream = cp.cuda.get_current_stream()
         start, end = cp.cuda.Event(), cp.cuda.Event()
-        args = [(ctypes.c_void_p, arrays[k].data.ptr) for k in ("data", "fifo", "blocks", "steps", "conns", "tail",
-                                                                "head", "progress", "status", "abort")]
+        names = ("data", "fifo", "blocks", "steps", "conns", "tail", "head", "progress", "status", "abort")
+        args: list[tuple[Any, int]] = [(ctypes.c_void_p, arrays[k].data.ptr) for k in names]
         args += [(ctypes.c_int64, flat.chunk_elems), (ctypes.c_int64, flat.piece_elems),
                  (ctypes.c_int64, flat.ntiles), (ctypes.c_int64, flat.slot_elems), (ctypes.c_int32, flat.nslots),
                  (ctypes.c_int32, int(flat.vectorize)), (ctypes.c_uint64, int(self.watchdog_s * 1e9))]
@@ -337,10 +346,10 @@ class CudaRunner:
         if int(arrays["abort"].get()[0]) == 0:
             return None
         status = arrays["status"].get()
-        lines = tuple(prep.flat.describe_wait(b, int(status[b, 1]), int(status[b, 2]), int(status[b, 3]))
-                      for b in range(prep.flat.nblocks) if status[b, 0] == STATE_STUCK)
+        lines = tuple(prep.program.describe_wait(b, int(status[b, 1]), int(status[b, 2]), int(status[b, 3]))
+                      for b in range(prep.program.nblocks) if status[b, 0] == STATE_STUCK)
         reason = f"device watchdog: a wait exceeded {self.watchdog_s:g} s"
-        return deadlock_message(prep.flat, status, reason), lines
+        return deadlock_message(prep.program, status, reason), lines
 
     def execute(self, prep: Prepared, *, warmup: int = 2, iters: int = 10) -> ExecutionResult:
         """Run a prepared program (even one the reference found broken, as long as it could be flattened:
@@ -386,7 +395,7 @@ class CudaRunner:
         """Median kernel time over `iters` runs after `warmup`, and the timing extras."""
         times = [self.run_once(kernel, plan, prep, arrays, pristine) for _ in range(warmup + iters)][warmup:]
         seconds = statistics.median(times) if times else first
-        moved, traffic = traffic_bytes(prep.flat)
+        moved, traffic = traffic_bytes(prep.program)
         return seconds, extras + (("kernel_us_median", f"{seconds * 1e6:.2f}"),
                                   ("kernel_us_min", f"{min(times or [first]) * 1e6:.2f}"),
                                   ("bytes_between_ranks", str(moved)), ("device_bytes_accessed", str(traffic)))

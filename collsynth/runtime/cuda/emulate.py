@@ -9,8 +9,12 @@ for every dtype and reduction op).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from collsynth.core.enums import StepType
+from collsynth.core.steps import RECEIVING_TYPES, SENDING_TYPES
 from collsynth.runtime.cuda.flatten import (
     BLOCK_FIRST_STEP,
     BLOCK_NSTEPS,
@@ -49,10 +53,12 @@ class DeadlockError(CudaBackendError):
         self.status = status
 
 
-_SEND, _RECV, _RCS, _RRS, _RRC, _RRCS, _CPY, _RE, _NOP = (STEP_CODES[t] for t in
-                                                          ("s", "r", "rcs", "rrs", "rrc", "rrcs", "cpy", "re", "nop"))
-_SENDS = frozenset({_SEND, _RCS, _RRS, _RRCS})
-_RECVS = frozenset({_RECV, _RCS, _RRS, _RRC, _RRCS})
+_SEND, _RECV, _RCS, _RRS, _RRC, _RRCS, _CPY, _RE, _NOP = (
+    STEP_CODES[t] for t in (StepType.SEND, StepType.RECV, StepType.RECV_COPY_SEND, StepType.RECV_REDUCE_SEND,
+                            StepType.RECV_REDUCE_COPY, StepType.RECV_REDUCE_COPY_SEND, StepType.COPY, StepType.REDUCE,
+                            StepType.NOP))
+_SENDS = frozenset(STEP_CODES[t] for t in SENDING_TYPES)
+_RECVS = frozenset(STEP_CODES[t] for t in RECEIVING_TYPES)
 
 
 def deadlock_message(flat: FlatProgram, status: np.ndarray, reason: str, limit: int = 8) -> str:
@@ -111,7 +117,7 @@ def emulate(flat: FlatProgram, data: np.ndarray, dtype: ElementType, op: str = "
         length, off = flat.tile_len(t), t * P
         if code == _NOP:
             return
-        value = None
+        value: Any = None  # the values the step moves (every step type that writes or sends sets it first)
         if code in _RECVS:
             rc = int(flat.blocks[b, BLOCK_RECV_CONN])
             slot = int(flat.conns[rc, CONN_SLOT_BASE]) + int(head[rc] % flat.nslots) * flat.slot_elems

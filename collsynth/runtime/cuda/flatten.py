@@ -32,21 +32,14 @@ from types import MappingProxyType
 
 import numpy as np
 
+from collsynth.core.enums import StepType
+from collsynth.core.steps import LOCAL_DST_TYPES, LOCAL_SRC_TYPES, LOCAL_TYPES, STEP_SEMANTICS
 from collsynth.ir import (
-    COPY,
     NOP,
     RECEIVING_TYPES,
-    RECV,
-    RECV_COPY_SEND,
-    RECV_REDUCE_COPY,
-    RECV_REDUCE_COPY_SEND,
-    RECV_REDUCE_SEND,
-    REDUCE,
-    SEND,
     SENDING_TYPES,
     Algo,
 )
-from collsynth.ir.validate import LOCAL_DST_TYPES, LOCAL_SRC_TYPES
 from collsynth.runtime.layout import BufferLayout, ExecutionError
 from collsynth.runtime.result import DEADLOCK, LEFTOVER, MESSAGE_SIZE
 
@@ -71,9 +64,8 @@ class ResidencyError(CudaBackendError):
     """The IR has more threadblocks than the GPU can keep resident at once (cooperative launch)."""
 
 
-# Step type codes (kernel `CS_*` constants).
-STEP_CODES = MappingProxyType({SEND: 0, RECV: 1, RECV_COPY_SEND: 2, RECV_REDUCE_SEND: 3, RECV_REDUCE_COPY: 4,
-                               RECV_REDUCE_COPY_SEND: 5, COPY: 6, REDUCE: 7, NOP: 8})
+# Step type codes (kernel `CS_*` constants), from the one step-semantics table.
+STEP_CODES = MappingProxyType({step_type: sem.code for step_type, sem in STEP_SEMANTICS.items()})
 STEP_NAMES = MappingProxyType({code: name for name, code in STEP_CODES.items()})
 
 # Which local operands each step type touches: src (read) and dst (written).
@@ -348,7 +340,7 @@ def flatten(ir: Algo, layout: BufferLayout, itemsize: int, *, nslots: int = DEFA
             if st.type in _USES_DST:
                 _check_operand(ir, rank, tb.id, st, st.dstbuf, st.dstoff, buffer_chunks)
                 dst = int(buffer_base[rank, BUFFER_IDS[st.dstbuf]]) + st.dstoff * chunk_elems
-            if st.type in (COPY, REDUCE):
+            if st.type in LOCAL_TYPES:
                 _check_no_partial_overlap(ir, rank, tb.id, st, src, dst, chunk_elems)
             dep_block = dep_step = dep_nsteps = -1
             if st.depid >= 0 and st.depid != tb.id:
@@ -358,7 +350,8 @@ def flatten(ir: Algo, layout: BufferLayout, itemsize: int, *, nslots: int = DEFA
                 dep_block, dep_step = block_index[(rank, st.depid)], st.deps
                 dep_nsteps = len(gpu.tbs[st.depid].steps)
             publish = int(st.hasdep and st.type != NOP)  # the CPU interpreter's rule: a nop only waits
-            rows.append([STEP_CODES[st.type], max(st.cnt, 0), src, dst, dep_block, dep_step, dep_nsteps, publish])
+            code = STEP_CODES[StepType(st.type)]
+            rows.append([code, max(st.cnt, 0), src, dst, dep_block, dep_step, dep_nsteps, publish])
     steps = np.array(rows, dtype=np.int64).reshape(len(rows), STEP_COLS)
     return FlatProgram(
         name=ir.name, ngpus=ir.ngpus, itemsize=itemsize, chunk_elems=chunk_elems, piece_elems=piece_elems,
@@ -375,15 +368,12 @@ def check_residency(nblocks: int, sm_count: int, blocks_per_sm: int, *, name: st
                              f"({sm_count} SMs x {blocks_per_sm} blocks/SM); use fewer instances/channels or ranks")
 
 
-# Bytes of device memory each step type reads + writes per byte it moves (slot and buffer accesses).
-_TRAFFIC_FACTOR = MappingProxyType({SEND: 2, RECV: 2, RECV_COPY_SEND: 3, RECV_REDUCE_SEND: 3, RECV_REDUCE_COPY: 3,
-                                    RECV_REDUCE_COPY_SEND: 4, COPY: 2, REDUCE: 3, NOP: 0})
 
 
 def traffic_bytes(flat: FlatProgram) -> tuple[int, int]:
     """(bytes sent between ranks, bytes of device memory read + written) for one run of the program."""
     codes = flat.steps[:, STEP_TYPE]
-    factor = np.array([_TRAFFIC_FACTOR[STEP_NAMES[c]] for c in range(len(STEP_CODES))], dtype=np.int64)
+    factor = np.array([STEP_SEMANTICS[STEP_NAMES[c]].traffic for c in range(len(STEP_CODES))], dtype=np.int64)
     step_bytes = flat.steps[:, STEP_CNT] * flat.chunk_elems * flat.itemsize
     sending = np.isin(codes, [STEP_CODES[t] for t in SENDING_TYPES])
     return int(step_bytes[sending].sum()), int((step_bytes * factor[codes]).sum())

@@ -66,7 +66,7 @@ def element_type(name: str | np.dtype) -> ElementType:
     try:
         key = number_format(name).name
     except ExecutionError:
-        key = None
+        key = ""
     if key not in DTYPES:
         raise CudaBackendError(f"dtype {name!r} is not supported by the CUDA backend; use one of {', '.join(DTYPES)}")
     return DTYPES[key]
