@@ -32,7 +32,7 @@ from typing import Any
 
 from collsynth.core.errors import CollsynthError
 from collsynth.core.steps import semantics
-from collsynth.emit.mscclpp_schema import MAX_OPERATIONS_PER_TB, MAX_SEMAPHORES, check_plan
+from collsynth.emit.mscclpp_schema import MAX_CHANNELS_PER_TB, MAX_OPERATIONS_PER_TB, MAX_SEMAPHORES, check_plan
 from collsynth.ir import NOP, Algo, Step, Threadblock
 from collsynth.topologies.model import Topology
 
@@ -115,10 +115,11 @@ def ir_to_plan(ir: Algo, topology: Topology | None = None, channels: str = "auto
         raise PlanError(f"topology {topology.name} has {topology.num_ranks} ranks but the IR has {ir.ngpus}")
     try:
         lowering = _Lowering(ir, topology, channels, merge=False)
+        gpus = [lowering.gpu_json(gpu.id) for gpu in ir.gpus]
     except _TooManySemaphores:
         # one threadblock per rank running the steps in a valid global order: no cross-threadblock semaphores
         lowering = _Lowering(ir, topology, channels, merge=True)
-    gpus = [lowering.gpu_json(gpu.id) for gpu in ir.gpus]
+        gpus = [lowering.gpu_json(gpu.id) for gpu in ir.gpus]
     plan = {
         "name": name or ir.name, "collective": ir.collective, "protocol": ir.proto, "inplace": ir.inplace,
         "reuse_resources": False, "use_double_scratch_buffer": ir.proto == "LL", "buffer_alignment": 16,
@@ -343,22 +344,24 @@ class _Lowering:
         }
 
     def _split(self, gpu: _GpuPlan, ops: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-        """The threadblock's ops cut into pieces of at most 64; a piece ends by releasing a semaphore that the
-        next piece acquires first."""
-        room = MAX_OPERATIONS_PER_TB
+        """The threadblock's ops cut into pieces of at most 64 ops and 16 channels of a type; a piece ends by
+        releasing a semaphore that the next piece acquires first."""
         pieces: list[list[dict[str, Any]]] = []
-        rest = list(ops)
-        while True:
-            head = pieces[-1].pop() if pieces else None  # the acquire moved over from the previous piece
-            piece = [head] if head else []
-            if len(rest) + len(piece) <= room:
-                pieces.append(piece + rest)
-                return pieces
-            take = room - len(piece) - 1
-            sid = gpu.new_semaphore()
-            piece += rest[:take] + [{"name": "sem_release", "semaphore_ids": [sid]}]
-            rest = rest[take:]
-            pieces.append(piece + [{"name": "sem_acquire", "semaphore_ids": [sid]}])
+        piece: list[dict[str, Any]] = []
+        used: set[tuple[str, int]] = set()
+        for k, op in enumerate(ops):
+            channels = {(op["channel_type"], c) for c in op.get("channel_ids", [])
+                        if op.get("channel_type") in ("memory", "port")}
+            last = k == len(ops) - 1
+            kinds = {kind for kind, _ in used | channels}
+            too_many = any(sum(1 for kd, _ in used | channels if kd == kind) > MAX_CHANNELS_PER_TB for kind in kinds)
+            if too_many or len(piece) + 1 + (0 if last else 1) > MAX_OPERATIONS_PER_TB:
+                sid = gpu.new_semaphore()
+                pieces.append(piece + [{"name": "sem_release", "semaphore_ids": [sid]}])
+                piece, used = [{"name": "sem_acquire", "semaphore_ids": [sid]}], set()
+            piece.append(op)
+            used |= channels
+        return pieces + [piece]
 
     @staticmethod
     def _tb_json(tb_id: int, ops: list[dict[str, Any]]) -> dict[str, Any]:

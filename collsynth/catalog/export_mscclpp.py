@@ -1,0 +1,68 @@
+"""`catalog export --mscclpp DIR`: the MSCCL++ library's execution plans for a topology, each checked by the
+plan interpreter, written as `DIR/<topology>/<plan name>.json` -- one plan file per algorithm, the form the
+MSCCL++ executor loads (`ExecutionPlan(path, rank)`), a directory of them per machine for the plan-directory
+loading path of its NCCL interface (it picks a plan by collective, in-place-ness and message size range).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from collsynth.algorithms.mscclpp import MSCCLPP_VARIANTS, MscclppVariant, supports_switch_channels, \
+    switch_allreduce_plan
+from collsynth.algorithms.registry import build
+from collsynth.compiler import compile_program
+from collsynth.core.errors import CollsynthError
+from collsynth.core.files import write_atomic
+from collsynth.emit.mscclpp import ir_to_plan, plan_to_json
+from collsynth.ir import Algo
+from collsynth.runtime.plan import checked_plan
+from collsynth.topologies.model import Topology
+
+
+@dataclass(frozen=True)
+class VariantPlan:
+    variant: MscclppVariant
+    plan: dict[str, Any]
+    ir: Algo | None  # the MSCCL-IR the plan was lowered from (None for a direct plan)
+
+
+def variant_fits(variant: MscclppVariant, topology: Topology) -> str | None:
+    """None when the variant can be built for the topology, else why not."""
+    if variant.multi_node and topology.num_nodes < 2:
+        return "needs several nodes"
+    if not variant.multi_node and topology.num_nodes > 1 and variant.channels != "port":
+        return "a one-node algorithm (its memory channels or switch need one node)"
+    if variant.channels == "switch" and not supports_switch_channels(topology.name):
+        return "needs NVLink SHARP switch channels (h100_nvswitch)"
+    return None
+
+
+def variant_plan(variant: MscclppVariant, topology: Topology) -> VariantPlan:
+    """The variant's plan for the topology, schema-checked and passed by the plan interpreter."""
+    why = variant_fits(variant, topology)
+    if why is not None:
+        raise CollsynthError(f"{variant.name} does not fit {topology.name}: {why}")
+    if variant.library_program is None:
+        plan, ir = switch_allreduce_plan(topology.num_ranks, variant.name), None
+    else:
+        ir = compile_program(build(variant.library_program, topology, protocol=variant.protocol, inplace=True))
+        plan = ir_to_plan(ir, topology, variant.channels, name=variant.name)
+    checked_plan(plan)
+    return VariantPlan(variant, plan, ir)
+
+
+def mscclpp_plans(topology: Topology) -> list[VariantPlan]:
+    return [variant_plan(v, topology) for v in MSCCLPP_VARIANTS if variant_fits(v, topology) is None]
+
+
+def export_mscclpp(topologies: list[Topology], directory: Path) -> list[Path]:
+    """Write every fitting variant's checked plan; return the paths written."""
+    written = []
+    for topology in topologies:
+        for item in mscclpp_plans(topology):
+            path = Path(directory) / topology.name / f"{item.plan['name']}.json"
+            written.append(write_atomic(path, plan_to_json(item.plan)))
+    return written
