@@ -61,16 +61,12 @@ def switch_allreduce_plan(num_ranks: int, name: str = "mscclpp_2pa_switch") -> d
     gpus = []
     for rank in range(num_ranks):
         peers = [p for p in range(num_ranks) if p != rank]
-        batches = [list(range(k, min(k + 8, len(peers)))) for k in range(0, len(peers), 8)]  # 8 channels per op
-
-        def barrier() -> list[dict[str, Any]]:
-            return ([{"name": "signal", "channel_type": "memory", "channel_ids": ids} for ids in batches]
-                    + [{"name": "wait", "channel_type": "memory", "channel_ids": ids} for ids in batches])
+        barrier = _barrier(len(peers))
 
         reduce = {"name": "glres", "channel_type": "switch", "reduce_op": "sum",
                   "src_buff": [{"switch_channel_id": 0, "index": rank, "size": 1}],
                   "dst_buff": [{"switch_channel_id": 0, "index": rank, "size": 1}]}
-        tb = {"id": 0, "ops": barrier() + [reduce] + barrier(),
+        tb = {"id": 0, "ops": barrier + [reduce] + barrier,
               "channels": [{"channel_type": "memory", "channel_ids": list(range(len(peers)))},
                            {"channel_type": "switch", "channel_ids": [0]}],
               "remote_buffer_refs": []}
@@ -85,3 +81,10 @@ def switch_allreduce_plan(num_ranks: int, name: str = "mscclpp_2pa_switch") -> d
     return {"name": name, "collective": "allreduce", "protocol": "Simple", "inplace": True,
             "reuse_resources": False, "use_double_scratch_buffer": False, "buffer_alignment": 16,
             "min_message_size": 0, "max_message_size": 2**64 - 1, "num_threads_per_block": 1024, "gpus": gpus}
+
+
+def _barrier(num_peers: int) -> list[dict[str, Any]]:
+    """Signal every peer, then wait for every peer, at most 8 channels per op (MAX_CHANNEL_PER_OPERATION)."""
+    batches = [list(range(k, min(k + 8, num_peers))) for k in range(0, num_peers, 8)]
+    return ([{"name": "signal", "channel_type": "memory", "channel_ids": ids} for ids in batches]
+            + [{"name": "wait", "channel_type": "memory", "channel_ids": ids} for ids in batches])

@@ -10,8 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from collsynth.algorithms.mscclpp import MSCCLPP_VARIANTS, MscclppVariant, supports_switch_channels, \
-    switch_allreduce_plan
+from collsynth.algorithms.mscclpp import (
+    MSCCLPP_VARIANTS,
+    MscclppVariant,
+    supports_switch_channels,
+    switch_allreduce_plan,
+)
 from collsynth.algorithms.registry import build
 from collsynth.compiler import compile_program
 from collsynth.core.errors import CollsynthError

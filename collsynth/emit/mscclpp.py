@@ -201,14 +201,14 @@ class _Lowering:
             if len(received) != len(sends.get(key, [])):
                 raise PlanError(f"connection {key[0]} -> {key[1]} channel {key[2]} has {len(sends.get(key, []))} "
                                 f"sends but {len(received)} receives; the IR does not pair its messages")
-            for (rank, tb, step), (_, _, sent) in zip(received, sends[key], strict=True):
+            for (rank, tb_id, step), (_, _, sent) in zip(received, sends[key], strict=True):
                 if sent.cnt != step.cnt:
-                    raise PlanError(f"gpu {rank} tb {tb} step {step.s} receives {step.cnt} chunk(s) but the matching "
-                                    f"send carries {sent.cnt}")
+                    raise PlanError(f"gpu {rank} tb {tb_id} step {step.s} receives {step.cnt} chunk(s) but the "
+                                    f"matching send carries {sent.cnt}")
                 direct = (self.ir.proto == "Simple" and step.type in ("r", "rcs")
                           and all(writes[self._storage(rank, step.dstbuf, step.dstoff + k)] == 1
                                   for k in range(step.cnt)))
-                landing[(rank, tb, step.s)] = ((step.dstbuf, step.dstoff) if direct
+                landing[(rank, tb_id, step.s)] = ((step.dstbuf, step.dstoff) if direct
                                                else ("s", self.gpus[rank].new_scratch(step.cnt)))
         return landing
 

@@ -201,7 +201,7 @@ def _check_op(op: Any, where: str, tb_channels: dict[str, int], refs: dict[str, 
                     raise PlanSchemaError(f"{at}: type {buff['type']!r} is not one of i, o, s")
                 limit = sizes[buff["type"]]
                 if not (isinstance(buff["index"], int) and isinstance(buff["size"], int) and buff["size"] >= 1
-                        and 0 <= buff["index"] and buff["index"] + buff["size"] <= limit):
+                        and buff["index"] >= 0 and buff["index"] + buff["size"] <= limit):
                     raise PlanSchemaError(f"{at}: chunks [{buff['index']}, +{buff['size']}) are outside the "
                                           f"{buff['type']} buffer's {limit} chunks")
             else:

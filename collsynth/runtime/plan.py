@@ -382,6 +382,7 @@ def _op_glres(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: lis
     for member in sorted(group):
         data = m._read(member, rank, buf, int(src["index"]), int(src["size"]), what)
         total = data if total is None else m.reduce(total, data)
+    assert total is not None  # a switch group has members (schema-checked)
     out_buf, out_group = _switch(m, rank, tb, dst)
     for member in out_group:
         m._write(member, rank, out_buf, int(dst["index"]), int(dst["size"]), total, what)
