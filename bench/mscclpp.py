@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from collsynth.catalog.export_mscclpp import mscclpp_plans
+from collsynth.catalog.export_mscclpp import choose_per_size, mscclpp_plans
 from collsynth.core.units import format_size, parse_size
 from collsynth.sim import simulate
 from collsynth.sim.mscclpp import simulate_plan
@@ -51,6 +51,9 @@ def main() -> None:
                 print(f"{name:<14} {'switch vs memory 2PA':<20} {format_size(size):>6} busbw "
                       f"{switch[k].busbw_GBps:8.1f} vs {memory[k].busbw_GBps:8.1f} GB/s "
                       f"({switch[k].busbw_GBps / memory[k].busbw_GBps - 1:+.0%})")
+        for choice in choose_per_size(topology, sizes):
+            print(f"{name:<14} {'pick':<20} {format_size(choice.size_bytes):>6} {choice.name} as "
+                  f"{'plan' if choice.runtime == 'mscclpp' else 'MSCCL-IR'} ({choice.time_us:.2f} us)")
         print(f"# {name}: built, lowered and interpreted {len(plans)} plans in {built:.1f} s (wall, machine shared)")
 
 

@@ -62,6 +62,34 @@ def mscclpp_plans(topology: Topology) -> list[VariantPlan]:
     return [variant_plan(v, topology) for v in MSCCLPP_VARIANTS if variant_fits(v, topology) is None]
 
 
+@dataclass(frozen=True)
+class SizeChoice:
+    size_bytes: int
+    name: str  # the variant
+    runtime: str  # "mscclpp" (the plan) or "msccl" (the MSCCL-IR it was lowered from)
+    time_us: float
+
+
+def choose_per_size(topology: Topology, sizes: list[int], dtype: str = "float32") -> list[SizeChoice]:
+    """Per size, the fastest of every fitting variant's plan and (where it has one) its MSCCL-IR, as the
+    simulator predicts them (collsynth.sim for the IR, collsynth.sim.mscclpp for the plan: one cost model)."""
+    from collsynth.sim import simulate
+    from collsynth.sim.mscclpp import simulate_plan
+
+    candidates: list[tuple[str, str, list[float]]] = []
+    for item in mscclpp_plans(topology):
+        rows = simulate_plan(item.plan, topology, sizes, dtype=dtype).rows
+        candidates.append((item.variant.name, "mscclpp", [row.time_us for row in rows]))
+        if item.ir is not None:
+            rows = simulate(item.ir, topology, sizes, dtype=dtype).rows
+            candidates.append((item.variant.name, "msccl", [row.time_us for row in rows]))
+    choices = []
+    for k, size in enumerate(sizes):
+        name, runtime, times = min(candidates, key=lambda c: c[2][k])
+        choices.append(SizeChoice(size, name, runtime, times[k]))
+    return choices
+
+
 def export_mscclpp(topologies: list[Topology], directory: Path) -> list[Path]:
     """Write every fitting variant's checked plan; return the paths written."""
     written = []

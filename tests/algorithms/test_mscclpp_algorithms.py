@@ -95,3 +95,19 @@ def test_cli_export_refuses_ll128_with_one_line(cli_runner, tmp_path):
     result = cli_runner.invoke(main, ["export", "mscclpp", str(xml), "-o", str(tmp_path / "p.json")])
     assert result.exit_code == 2 and "LL128" in result.output
     assert not (tmp_path / "p.json").exists()
+
+
+def test_choose_per_size_picks_the_fastest_prediction():
+    from collsynth.catalog.export_mscclpp import choose_per_size
+    from collsynth.sim import simulate
+    from collsynth.sim.mscclpp import simulate_plan
+
+    topology = resolve_topology("h100_nvswitch")
+    sizes = [1024, 1 << 30]
+    choices = choose_per_size(topology, sizes)
+    assert [c.size_bytes for c in choices] == sizes
+    for k, choice in enumerate(choices):
+        for item in mscclpp_plans(topology):
+            assert choice.time_us <= simulate_plan(item.plan, topology, sizes).rows[k].time_us + 1e-9
+            if item.ir is not None:
+                assert choice.time_us <= simulate(item.ir, topology, sizes).rows[k].time_us + 1e-9
