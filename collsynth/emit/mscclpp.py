@@ -32,6 +32,7 @@ from typing import Any
 
 from collsynth.core.errors import CollsynthError
 from collsynth.core.steps import semantics
+from collsynth.emit.mscclpp_fuse import fuse_reductions, read_packets_in_place
 from collsynth.emit.mscclpp_schema import MAX_CHANNELS_PER_TB, MAX_OPERATIONS_PER_TB, MAX_SEMAPHORES, check_plan
 from collsynth.ir import NOP, Algo, Step, Threadblock
 from collsynth.topologies.model import Topology
@@ -327,8 +328,8 @@ class _Lowering:
     def gpu_json(self, rank: int) -> dict[str, Any]:
         gpu = self.gpus[rank]
         tbs: list[dict[str, Any]] = []
-        for ops in self.tb_ops[rank]:
-            for piece in self._split(gpu, ops):
+        for ops in read_packets_in_place(self.tb_ops[rank]):
+            for piece in self._split(gpu, fuse_reductions(ops)):
                 tbs.append(self._tb_json(len(tbs), piece))
         channels = []
         for kind in ("memory", "port"):

@@ -189,6 +189,8 @@ def _check_op(op: Any, where: str, tb_channels: dict[str, int], refs: dict[str, 
     for cid in ids:
         _index(cid, tb_channels.get(kind, 0), where, f"{kind} channel id (into the threadblock's channels)")
     for side in ("src_buff", "dst_buff"):
+        if len(op.get(side, [])) > MAX_CHANNELS_PER_OP:
+            raise PlanSchemaError(f"{where}: {len(op[side])} {side} entries; at most {MAX_CHANNELS_PER_OP} per op")
         for k, buff in enumerate(op.get(side, [])):
             at = f"{where}.{side}[{k}]"
             _require(buff, ("index", "size"), at)
