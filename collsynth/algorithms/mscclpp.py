@@ -29,15 +29,19 @@ class MscclppVariant:
     channels: str  # channel policy of the lowering: auto, memory, port; "switch" for the direct plan
     multi_node: bool
     description: str
+    # plan threadblocks per rank (None: one per MSCCL-IR threadblock where the semaphores allow). 1 for the
+    # all-pairs algorithms: one threadblock reduces every peer's contribution in one op, as MSCCL++'s plans do,
+    # instead of a chain of reductions ordered across threadblocks by semaphores.
+    groups: int | None = None
 
 
 MSCCLPP_VARIANTS: tuple[MscclppVariant, ...] = (
     MscclppVariant("mscclpp_1pa_ll", "allpairs_allreduce_one_phase", "LL", "auto", False,
-                   "one-phase all-pairs AllReduce, LL packets"),
+                   "one-phase all-pairs AllReduce, LL packets", groups=1),
     MscclppVariant("mscclpp_2pa_memory", "allpairs_allreduce_two_phase", "Simple", "memory", False,
-                   "two-phase all-pairs AllReduce over memory channels"),
+                   "two-phase all-pairs AllReduce over memory channels", groups=1),
     MscclppVariant("mscclpp_2pa_port", "allpairs_allreduce_two_phase", "Simple", "port", False,
-                   "two-phase all-pairs AllReduce over port channels (DMA)"),
+                   "two-phase all-pairs AllReduce over port channels (DMA)", groups=1),
     MscclppVariant("mscclpp_2pa_switch", None, "Simple", "switch", False,
                    "two-phase all-pairs AllReduce with NVLink SHARP multimem load-reduce-store"),
     MscclppVariant("mscclpp_2ph", "hierarchical_allreduce", "Simple", "auto", True,

@@ -53,7 +53,7 @@ def variant_plan(variant: MscclppVariant, topology: Topology) -> VariantPlan:
         plan, ir = switch_allreduce_plan(topology.num_ranks, variant.name), None
     else:
         ir = compile_program(build(variant.library_program, topology, protocol=variant.protocol, inplace=True))
-        plan = ir_to_plan(ir, topology, variant.channels, name=variant.name)
+        plan = ir_to_plan(ir, topology, variant.channels, name=variant.name, groups=variant.groups)
     checked_plan(plan)
     return VariantPlan(variant, plan, ir)
 

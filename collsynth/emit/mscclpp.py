@@ -105,8 +105,10 @@ def _buf(buf: str, index: int, size: int) -> dict[str, Any]:
 
 
 def ir_to_plan(ir: Algo, topology: Topology | None = None, channels: str = "auto", name: str | None = None,
-               ) -> dict[str, Any]:
-    """The execution plan of `ir` (schema-checked). Run it through collsynth.runtime.plan before writing it."""
+               groups: int | None = None) -> dict[str, Any]:
+    """The execution plan of `ir` (schema-checked). Run it through collsynth.runtime.plan before writing it.
+    `groups`: plan threadblocks per rank built from the IR's (IR threadblock k in group k % groups, steps in a
+    valid global order); default: one per IR threadblock, or the most groups that fit the semaphore limit."""
     if channels not in CHANNEL_POLICIES:
         raise PlanError(f"unknown channel policy {channels!r}; use one of {', '.join(CHANNEL_POLICIES)}")
     if ir.proto not in ("Simple", "LL"):
@@ -114,13 +116,21 @@ def ir_to_plan(ir: Algo, topology: Topology | None = None, channels: str = "auto
                         "--protocol Simple or LL)")
     if topology is not None and topology.num_ranks != ir.ngpus:
         raise PlanError(f"topology {topology.name} has {topology.num_ranks} ranks but the IR has {ir.ngpus}")
-    try:
-        lowering = _Lowering(ir, topology, channels, merge=False)
-        gpus = [lowering.gpu_json(gpu.id) for gpu in ir.gpus]
-    except _TooManySemaphores:
-        # one threadblock per rank running the steps in a valid global order: no cross-threadblock semaphores
-        lowering = _Lowering(ir, topology, channels, merge=True)
-        gpus = [lowering.gpu_json(gpu.id) for gpu in ir.gpus]
+    # One plan threadblock per IR threadblock; when the dependencies need more semaphores than the executor
+    # has, merge the IR threadblocks into fewer groups (each running its steps in a valid global order, which
+    # cannot deadlock), down to one per rank.
+    if groups is not None and groups < 1:
+        raise PlanError(f"groups={groups}: a rank needs at least one threadblock")
+    most = max((len(gpu.tbs) for gpu in ir.gpus), default=1)
+    tries = [groups] if groups is not None else [None, *range(most - 1, 0, -1)]
+    for k, tried in enumerate(tries):
+        try:
+            lowering = _Lowering(ir, topology, channels, tried)
+            gpus = [lowering.gpu_json(gpu.id) for gpu in ir.gpus]
+            break
+        except _TooManySemaphores:
+            if k == len(tries) - 1:
+                raise
     plan = {
         "name": name or ir.name, "collective": ir.collective, "protocol": ir.proto, "inplace": ir.inplace,
         "reuse_resources": False, "use_double_scratch_buffer": ir.proto == "LL", "buffer_alignment": 16,
@@ -138,23 +148,35 @@ def plan_to_json(plan: Mapping[str, Any]) -> str:
 class _Lowering:
     """Lowers every threadblock of every GPU; messages are matched once, up front."""
 
-    def __init__(self, ir: Algo, topology: Topology | None, policy: str, merge: bool) -> None:
-        self.ir, self.topology, self.policy, self.merge = ir, topology, policy, merge
+    def __init__(self, ir: Algo, topology: Topology | None, policy: str, groups: int | None) -> None:
+        self.ir, self.topology, self.policy = ir, topology, policy
         self.gpus = {gpu.id: _GpuPlan(gpu.id, scratch=gpu.s_chunks) for gpu in ir.gpus}
         self.chunks = {gpu.id: (gpu.i_chunks, gpu.o_chunks) for gpu in ir.gpus}
         self._declare_channels()
         self.landing = self._match_messages()
-        self.sems = {} if merge else self._dependency_semaphores()
+        self.units = self._units(groups)
+        self.sems = self._dependency_semaphores()
         self.send_order: dict[tuple[int, int, int], dict[tuple[int, int], tuple[int, int, int]]] = {}
         self.tb_ops: dict[int, list[list[dict[str, Any]]]] = {}
-        if merge:
-            merged: dict[int, list[dict[str, Any]]] = {gpu.id: [] for gpu in ir.gpus}
-            for rank, tb, step in global_order(ir):
-                self._lower_step_with_sems(rank, tb, step, merged[rank])
-            self.tb_ops = {rank: [ops] for rank, ops in merged.items()}
-        else:
-            for gpu in ir.gpus:
-                self.tb_ops[gpu.id] = [self._lower_tb(gpu.id, tb) for tb in gpu.tbs]
+        for gpu in ir.gpus:
+            self.tb_ops[gpu.id] = []
+            for unit in self.units[gpu.id]:
+                ops: list[dict[str, Any]] = []
+                for tb, step in unit:
+                    self._lower_step_with_sems(gpu.id, tb, step, ops)
+                self.tb_ops[gpu.id].append(ops)
+
+    def _units(self, groups: int | None) -> dict[int, list[list[tuple[Threadblock, Step]]]]:
+        """Per rank, the plan threadblocks as lists of IR steps in execution order: one per IR threadblock
+        (groups=None), or IR threadblock k in group k % groups, its steps in the global order."""
+        if groups is None:
+            return {gpu.id: [[(tb, step) for step in tb.steps] for tb in gpu.tbs] for gpu in self.ir.gpus}
+        units: dict[int, list[list[tuple[Threadblock, Step]]]] = {
+            gpu.id: [[] for _ in range(min(groups, len(gpu.tbs)))] for gpu in self.ir.gpus}
+        position = {(gpu.id, tb.id): k for gpu in self.ir.gpus for k, tb in enumerate(gpu.tbs)}
+        for rank, tb, step in global_order(self.ir):
+            units[rank][position[(rank, tb.id)] % len(units[rank])].append((tb, step))
+        return units
 
     # --- channels and landing places --------------------------------------------------------
     def kind(self, a: int, b: int) -> str:
@@ -226,14 +248,15 @@ class _Lowering:
         """(rank, tb, step s) -> semaphore ops to do before ('acquire', id) or after ('release', id) the step."""
         ops: dict[tuple[int, int, int], list[tuple[str, int]]] = defaultdict(list)
         for gpu in self.ir.gpus:
-            pair_sem: dict[tuple[int, int], int] = {}
-            for tb in gpu.tbs:
+            unit_of = {tb.id: u for u, unit in enumerate(self.units[gpu.id]) for tb, _ in unit}
+            pair_sem: dict[tuple[int, int], int] = {}  # (producer IR threadblock, consumer unit) -> semaphore
+            for u, unit in enumerate(self.units[gpu.id]):
                 acquired: dict[int, int] = {}
-                for step in tb.steps:
-                    if step.depid < 0 or step.deps <= acquired.get(step.depid, -1):
-                        continue
+                for tb, step in unit:
+                    if step.depid < 0 or unit_of[step.depid] == u or step.deps <= acquired.get(step.depid, -1):
+                        continue  # none, ordered within the unit already, or acquired before
                     acquired[step.depid] = step.deps
-                    pair = (step.depid, tb.id)
+                    pair = (step.depid, u)
                     if pair not in pair_sem:
                         pair_sem[pair] = self.gpus[gpu.id].new_semaphore()
                     ops[(gpu.id, tb.id, step.s)].append(("acquire", pair_sem[pair]))
@@ -241,13 +264,6 @@ class _Lowering:
         return ops
 
     # --- threadblocks -------------------------------------------------------------------------
-    def _lower_tb(self, rank: int, tb: Threadblock) -> list[dict[str, Any]]:
-        """The threadblock's ops; channel ids and remote buffer ids are the GPU's (renumbered per piece later)."""
-        out: list[dict[str, Any]] = []
-        for step in tb.steps:
-            self._lower_step_with_sems(rank, tb, step, out)
-        return out
-
     def _lower_step_with_sems(self, rank: int, tb: Threadblock, step: Step, out: list[dict[str, Any]]) -> None:
         key = (rank, tb.id, step.s)
         out += [{"name": "sem_acquire", "semaphore_ids": [sid]} for what, sid in self.sems.get(key, [])

@@ -91,3 +91,21 @@ def test_ll128_and_bad_channel_policies_are_one_line_errors():
         two_node = resolve_topology("2xndv4")
         program = dict(library_programs(two_node, "allreduce"))["hierarchical_allreduce"]
         ir_to_plan(compile_program(program), two_node, channels="memory")
+
+
+@pytest.mark.parametrize("groups", [1, 2, 3])
+def test_grouped_threadblocks_pass_and_use_at_most_that_many(groups):
+    topology = resolve_topology("ndv4")
+    program = dict(library_programs(topology, "allreduce"))["allpairs_allreduce_two_phase"]
+    ir = compile_program(program)
+    plan = ir_to_plan(ir, topology, groups=groups)
+    assert all(len(gpu["threadblocks"]) == groups for gpu in plan["gpus"])  # short enough: no split
+    assert execute_plan(plan).passed
+
+
+def test_default_grouping_keeps_every_ir_threadblock_when_semaphores_allow():
+    ir = samples.ring_allgather(4)
+    plan = ir_to_plan(ir)
+    assert [len(gpu["threadblocks"]) for gpu in plan["gpus"]] == [len(gpu.tbs) for gpu in ir.gpus]
+    with pytest.raises(PlanError, match="at least one"):
+        ir_to_plan(ir, groups=0)
