@@ -33,13 +33,16 @@ _OP_METAVAR = "[" + "|".join(REDUCTION_OPS) + "]"
               help="Postcondition to check: a collective name or a JSON file (default: the XML's coll).")
 def run(xml_file: str, size: str, dtype: str, reduce_op: str, backend: str, seed: int, root: int | None,
         collective_spec: str | None) -> None:
-    """Run XML_FILE on every rank and check the collective's postcondition.
+    """Run XML_FILE (MSCCL-IR; a .json file: an MSCCL++ execution plan, on the plan interpreter) on every rank
+    and check the collective's postcondition.
 
     Prints PASS/FAIL with collective, ranks, size, dtype (and op, unless sum) and time, then one line per
     stuck threadblock or wrong chunk. Exit code 0 on PASS, 1 on FAIL, 2 on bad input."""
     dtype = number_format(dtype).name
     reduce_op = reduction_op(reduce_op)
     if xml_file.endswith(".json"):
+        if backend != "cpu":
+            raise click.UsageError("an MSCCL++ plan (.json) runs on the plan interpreter; drop --backend")
         _run_plan(xml_file, size, dtype, reduce_op, seed, collective_spec, root)
         return
     ir = read_xml(xml_file)
