@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from collsynth.collectives.spec import Collective, display_name
-from collsynth.emit.mscclpp_schema import PlanSchemaError, check_plan
+from collsynth.emit.mscclpp_schema import check_plan
 from collsynth.ir import Algo, Gpu, coll_spelling
 from collsynth.runtime.check import check_outputs
 from collsynth.runtime.layout import collective_for, make_inputs, plan_layout
@@ -276,7 +276,7 @@ class _Machine:
 
 # --- op handlers: return False when the op must wait --------------------------------------------------
 
-Handler = Any
+Handler = Callable[["_Machine", int, Any, Any, str, list[int], str], bool]
 
 
 def _local(buff: Mapping[str, Any]) -> tuple[str, int, int]:
@@ -428,10 +428,7 @@ def checked_plan(plan: Mapping[str, Any], collective: Collective | None = None, 
                  ) -> ExecutionResult:
     """Run the plan through the schema check and the interpreter; raise ExecutionError (one line) unless it
     passes. Every plan collsynth writes goes through this first."""
-    try:
-        outcome = execute_plan(plan, nbytes=nbytes, collective=collective)
-    except PlanSchemaError:
-        raise
+    outcome = execute_plan(plan, nbytes=nbytes, collective=collective)
     if not outcome.passed:
         raise ExecutionError(f"plan {plan['name']!r} fails the plan interpreter: {outcome.failure}: {outcome.message}")
     return outcome
