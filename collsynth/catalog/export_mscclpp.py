@@ -90,11 +90,45 @@ def choose_per_size(topology: Topology, sizes: list[int], dtype: str = "float32"
     return choices
 
 
-def export_mscclpp(topologies: list[Topology], directory: Path) -> list[Path]:
-    """Write every fitting variant's checked plan; return the paths written."""
+def plan_ranges(topology: Topology, sizes: list[int]) -> list[tuple[VariantPlan, int, int]]:
+    """The plans that the simulator predicts fastest (among plans) somewhere on `sizes`, each with the message
+    size range it wins, [min, max] in bytes: from its first winning size (0 for the smallest) to just below
+    the next winner's first size (no upper limit for the largest). A plan winning two separate ranges appears
+    twice."""
+    from collsynth.sim.mscclpp import simulate_plan
+
+    plans = mscclpp_plans(topology)
+    if not plans or not sizes:
+        return []
+    times = [[row.time_us for row in simulate_plan(item.plan, topology, sizes).rows] for item in plans]
+    winners = [min(range(len(plans)), key=lambda p: times[p][k]) for k in range(len(sizes))]
+    ranges: list[tuple[VariantPlan, int, int]] = []
+    start = 0
+    for k in range(1, len(sizes) + 1):
+        if k == len(sizes) or winners[k] != winners[start]:
+            low = 0 if start == 0 else sizes[start]
+            high = 2**64 - 1 if k == len(sizes) else sizes[k] - 1
+            ranges.append((plans[winners[start]], low, high))
+            start = k
+    return ranges
+
+
+def export_mscclpp(topologies: list[Topology], directory: Path, sizes: list[int] | None = None) -> list[Path]:
+    """Per topology, write the plans that win some message size (predicted among plans over `sizes`, default
+    1KB..1GB by powers of 2), each with min/max_message_size set to its range, to DIR/<topology>/<name>.json;
+    the executor's NCCL interface picks a plan by collective and size range from such a directory. Every
+    plan passed the plan interpreter (variant_plan). Returns the paths written."""
+    from collsynth.sim.nccl import size_sweep
+
+    sizes = sizes or size_sweep(1 << 10, 1 << 30)
     written = []
     for topology in topologies:
-        for item in mscclpp_plans(topology):
-            path = Path(directory) / topology.name / f"{item.plan['name']}.json"
-            written.append(write_atomic(path, plan_to_json(item.plan)))
+        seen: dict[str, int] = {}
+        for item, low, high in plan_ranges(topology, sizes):
+            base = str(item.plan["name"])
+            seen[base] = seen.get(base, 0) + 1
+            name = base if seen[base] == 1 else f"{base}_{seen[base]}"
+            plan = dict(item.plan, name=name, min_message_size=low, max_message_size=high)
+            path = Path(directory) / topology.name / f"{name}.json"
+            written.append(write_atomic(path, plan_to_json(plan)))
     return written
