@@ -2,6 +2,8 @@
 plan interpreter, at 8 and 16 ranks and 2x8 nodes; what a plan cannot express is one PlanError."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from collsynth.algorithms import library_programs
 from collsynth.compiler import compile_program
@@ -109,3 +111,14 @@ def test_default_grouping_keeps_every_ir_threadblock_when_semaphores_allow():
     assert [len(gpu["threadblocks"]) for gpu in plan["gpus"]] == [len(gpu.tbs) for gpu in ir.gpus]
     with pytest.raises(PlanError, match="at least one"):
         ir_to_plan(ir, groups=0)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(2, 9), st.integers(1, 3), st.booleans(), st.booleans(), st.sampled_from(["Simple", "LL"]))
+def test_lowered_ring_allreduce_passes_for_any_shape(n, channels, inplace, fused, protocol):
+    from dataclasses import replace
+
+    ir = replace(samples.ring_allreduce(n, channels=channels, inplace=inplace, fused=fused), proto=protocol)
+    plan = ir_to_plan(ir)
+    check_plan(plan)
+    assert execute_plan(plan).passed
