@@ -6,7 +6,8 @@ How each MSCCL-IR step becomes plan ops (the step facts come from collsynth.core
   it (r, rcs) and nothing else on the receiver writes those chunks; otherwise in a scratch slot of its own on
   the receiver (one slot per message, so no slot is ever reused and no put can overwrite unread data);
 * Simple: the sender `put`s its value into that place and `signal`s; over a port channel (another node) it
-  then `flush`es, so the DMA is done before the source can change; the receiver `wait`s, then copies (copy) or
+  does both and `flush`es in one request (`pwsf`), so the DMA is done before the source can change; the
+  receiver `wait`s, then copies (copy) or
   reduces (re) out of the landing place as the step says;
 * LL: the sender writes packets (`ppkt`) into the receiver's scratch slot; the receiver's `upkt` / `repkt`
   poll the packets' flags, so no signal or wait; the plan asks for a double scratch buffer;
@@ -317,12 +318,13 @@ class _Lowering:
         buf, index = self._landing_of_send(rank, tb, step)
         remote = gpu.remote_buffer(peer, buf, kind)
         ll = self.ir.proto == "LL"
-        out.append({"name": "ppkt" if ll else "put", "src_buff": [_buf(*value, cnt)],
-                        "dst_buff": [{"buffer_id": remote, "index": index, "size": cnt}],
-                        "channel_type": kind, "channel_ids": [channel]})
-        if not ll:
+        name = "ppkt" if ll else "pwsf" if kind == "port" else "put"  # port: put, signal and flush in one request
+        out.append({"name": name, "src_buff": [_buf(*value, cnt)],
+                    "dst_buff": [{"buffer_id": remote, "index": index, "size": cnt}],
+                    "channel_type": kind, "channel_ids": [channel]})
+        if name == "put":
             out.append({"name": "signal", "channel_type": kind, "channel_ids": [channel]})
-        if kind == "port":
+        elif ll and kind == "port":
             out.append({"name": "flush", "channel_type": kind, "channel_ids": [channel]})
 
     def _landing_of_send(self, rank: int, tb: Threadblock, step: Step) -> tuple[str, int]:

@@ -8,8 +8,9 @@ Semantics (MSCCL++ 0.9.x, see docs/formats.md and collsynth/emit/mscclpp_schema.
   work is left, that is a deadlock, reported with every stuck threadblock and what it waits for;
 * memory/port channels pair in order: the k-th channel of a type from rank r to p is the partner of the k-th
   from p to r. `put` writes the local source into the peer's registered buffer (one-sided); `signal`
-  raises the partner's semaphore; `wait` takes one signal. Data written by a peer's put may be read only
-  after a wait that took a signal the writer sent after the put (a read before that is a race: FAIL);
+  raises the partner's semaphore; `wait` takes one signal; `pws` / `pwsf` are put + signal (+ flush).
+  Data written by a peer's put may be read only after a wait that took a signal the writer sent after the
+  put (a read before that is a race: FAIL);
 * a port channel's put is a DMA the proxy does later: its source must not be written again, and the
   threadblock must not finish, before a `flush` on that channel;
 * packets (LL): `ppkt` writes data + flags into the peer's scratch; `upkt` / `repkt` wait for the flags, so
@@ -332,6 +333,14 @@ def _op_flush(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: lis
     return True
 
 
+def _op_pws(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str) -> bool:
+    return _op_put(m, rank, tb, op, kind, channels, what) and _op_signal(m, rank, tb, op, kind, channels, what)
+
+
+def _op_pwsf(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str) -> bool:
+    return _op_pws(m, rank, tb, op, kind, channels, what) and _op_flush(m, rank, tb, op, kind, channels, what)
+
+
 def _op_copy(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str,
              packets: bool = False) -> bool:
     src, dst = op["src_buff"][0], op["dst_buff"][0]
@@ -418,7 +427,8 @@ def _op_nop(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[
 
 
 _HANDLERS: Mapping[str, Handler] = {
-    "put": _op_put, "ppkt": _op_ppkt, "signal": _op_signal, "wait": _op_wait, "flush": _op_flush,
+    "put": _op_put, "pws": _op_pws, "pwsf": _op_pwsf, "ppkt": _op_ppkt, "signal": _op_signal, "wait": _op_wait,
+    "flush": _op_flush,
     "copy": _op_copy, "upkt": _op_upkt, "re": _op_reduce, "repkt": _op_repkt, "glres": _op_glres,
     "gstore": _op_gstore, "sem_release": _op_sem_release, "sem_acquire": _op_sem_acquire, "nop": _op_nop,
 }

@@ -145,15 +145,11 @@ class _PlanTimer:
         mb = size * self.chunk_mb
         if name in ("put", "ppkt"):
             return self._put(rank, kind, channels, op, mb, now, "LL" if name == "ppkt" else "Simple")
+        if name in ("pws", "pwsf"):  # put with signal (and flush): one proxy request, as the three ops
+            done = self._signal(rank, kind, channels, self._put(rank, kind, channels, op, mb, now, "Simple"))
+            return self._flush(rank, channels, done) if name == "pwsf" else done
         if name == "signal":
-            for ch in channels:
-                peer = self.peers[rank][kind][ch]
-                link = self.topology.link(rank, peer)
-                hop = link.alpha_us * latency_scale("LL", link.kind) if link else 0.0
-                after = max(now, self.port_done[(rank, ch)]) if kind == "port" else now
-                ordinal = self.peers[rank][kind][:ch].count(peer)
-                self.signals[(rank, peer, kind, ordinal)].append(after + hop)
-            return now
+            return self._signal(rank, kind, channels, now)
         if name == "wait":
             arrivals = []
             for ch in channels:
@@ -167,7 +163,7 @@ class _PlanTimer:
                 self.waits[(peer, rank, kind, self.peers[rank][kind][:ch].count(peer))] += 1
             return max([now] + arrivals)
         if name == "flush":
-            return max([now] + [self.port_done[(rank, ch)] for ch in channels])
+            return self._flush(rank, channels, now)
         if name in ("copy", "re", "upkt", "repkt"):
             ready = now
             if name in ("upkt", "repkt"):
@@ -194,6 +190,19 @@ class _PlanTimer:
                 self.acquired[(rank, sid)] += 1
             return max([now] + times)
         return now  # nop and ops that cost nothing here
+
+    def _signal(self, rank: int, kind: str, channels: list[int], now: float) -> float:
+        for ch in channels:
+            peer = self.peers[rank][kind][ch]
+            link = self.topology.link(rank, peer)
+            hop = link.alpha_us * latency_scale("LL", link.kind) if link else 0.0
+            after = max(now, self.port_done[(rank, ch)]) if kind == "port" else now
+            ordinal = self.peers[rank][kind][:ch].count(peer)
+            self.signals[(rank, peer, kind, ordinal)].append(after + hop)
+        return now
+
+    def _flush(self, rank: int, channels: list[int], now: float) -> float:
+        return max([now] + [self.port_done[(rank, ch)] for ch in channels])
 
     def _put(self, rank: int, kind: str, channels: list[int], op: Mapping[str, Any], mb: float, now: float,
              proto: str) -> float:

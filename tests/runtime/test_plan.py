@@ -62,7 +62,7 @@ def test_unflushed_port_put_is_reported():
     bad = copy.deepcopy(plan)
     for gpu in bad["gpus"]:
         for tb in gpu["threadblocks"]:
-            tb["ops"] = [op for op in tb["ops"] if op["name"] != "flush"]
+            tb["ops"] = [dict(op, name="pws") if op["name"] == "pwsf" else op for op in tb["ops"]]
     result = execute_plan(bad)
     assert not result.passed and result.failure == RACE
     assert "flush" in result.message
