@@ -42,7 +42,10 @@ def chakra(file: Path, out_dir: Path, prefix: str | None, size: str) -> None:
               help="topology of the ranks (multi-node: port channels across nodes); default: one node")
 @click.option("--channels", type=click.Choice(("auto", "memory", "port")), default="auto", show_default=True,
               help="channel kind: memory inside a node and port across (auto), or one kind for all")
-def mscclpp(file: Path, out_file: Path, topology_spec: str | None, channels: str) -> None:
+@click.option("--groups", type=click.IntRange(min=1), default=None,
+              help="plan threadblocks per rank (IR threadblocks merged; default: one per IR threadblock where "
+                   "the executor's 16 semaphores allow)")
+def mscclpp(file: Path, out_file: Path, topology_spec: str | None, channels: str, groups: int | None) -> None:
     """Lower an MSCCL-IR XML file to an MSCCL++ 0.9.x execution plan; the plan is schema-checked and run by
     the plan interpreter against the collective's postcondition before it is written."""
     from collsynth.core.files import write_atomic
@@ -53,7 +56,7 @@ def mscclpp(file: Path, out_file: Path, topology_spec: str | None, channels: str
 
     ir = read_xml(file)
     topology = resolve_topology(topology_spec) if topology_spec else None
-    plan = ir_to_plan(ir, topology, channels)
+    plan = ir_to_plan(ir, topology, channels, groups=groups)
     outcome = checked_plan(plan)
     write_atomic(out_file, plan_to_json(plan))
     ntbs = sum(len(gpu["threadblocks"]) for gpu in plan["gpus"])
