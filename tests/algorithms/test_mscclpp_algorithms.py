@@ -62,16 +62,18 @@ def test_export_writes_the_winning_plans_with_contiguous_size_ranges(tmp_path):
 
 
 def test_cli_export_run_and_catalog_export(cli_runner, tmp_path):
-    xml = tmp_path / "ring.xml"
-    result = cli_runner.invoke(main, ["algorithms", "show", "ring_allreduce", "--ranks", "4", "-o", str(xml)])
+    xml = tmp_path / "ap.xml"
+    result = cli_runner.invoke(main, ["algorithms", "show", "allpairs_allreduce_two_phase", "--ranks", "4",
+                                      "-o", str(xml)])
     assert result.exit_code == 0, result.output
-    plan_path = tmp_path / "ring.json"
+    plan_path = tmp_path / "ap.json"
     result = cli_runner.invoke(main, ["export", "mscclpp", str(xml), "-o", str(plan_path), "--groups", "1"])
     assert result.exit_code == 0, result.output
     assert all(len(gpu["threadblocks"]) == 1 for gpu in json.loads(plan_path.read_text())["gpus"])
     assert "plan interpreter" in result.output and plan_path.exists()
     result = cli_runner.invoke(main, ["export", "mscclpp", str(xml), "-o", str(plan_path)])
     assert result.exit_code == 0, result.output
+    assert all(len(gpu["threadblocks"]) > 1 for gpu in json.loads(plan_path.read_text())["gpus"])
     result = cli_runner.invoke(main, ["run", str(plan_path), "--size", "64KB"])
     assert result.exit_code == 0, result.output
     assert result.output.startswith("PASS  AllReduce  ngpus=4  size=64KB") and "backend=mscclpp-plan" in result.output
