@@ -181,23 +181,42 @@ def best(topology_spec: str, collective: str, size: str, db_path: Path, dtype: s
 
 @catalog.command("export")
 @_db_option
-@click.option("--msccl", "directory", required=True, type=click.Path(file_okay=False, path_type=Path),
+@click.option("--msccl", "directory", default=None, type=click.Path(file_okay=False, path_type=Path),
               help="write the MSCCL/RCCL algorithm directories, loader configs and report here")
+@click.option("--mscclpp", "mscclpp_dir", default=None, type=click.Path(file_okay=False, path_type=Path),
+              help="write the MSCCL++ library's checked execution plans for each -t topology here")
 @click.option("-t", "--topology", "topologies", multiple=True, help="only these topologies (repeatable)")
 @click.option("-c", "--collective", "collectives", multiple=True, help="only these collectives (repeatable)")
 @click.option("-d", "--dtype", default=None, help="which simulated dtype decides (when the catalog has several)")
 @click.option("--force", is_flag=True, help="replace DIR if it exists")
-def export(db_path: Path, directory: Path, topologies: tuple[str, ...], collectives: tuple[str, ...],
-           dtype: str | None, force: bool) -> None:
+def export(db_path: Path, directory: Path | None, mscclpp_dir: Path | None, topologies: tuple[str, ...],
+           collectives: tuple[str, ...], dtype: str | None, force: bool) -> None:
     """Per (topology, collective) the winning algorithm per size range, minBytes/maxBytes at the simulated
     crossovers, as an MSCCL/RCCL-loadable directory with its loader config, plus a Markdown report and
     busbw plots of which algorithm wins where."""
     from collsynth.catalog import Catalog, plan_export, write_export
 
+    if directory is None and mscclpp_dir is None:
+        raise click.UsageError("give --msccl DIR (MSCCL-IR export) and/or --mscclpp DIR (MSCCL++ plans)")
+    if mscclpp_dir is not None:
+        _export_mscclpp(mscclpp_dir, topologies)
+    if directory is None:
+        return
     with Catalog(db_path) as db:
         groups = plan_export(db, topologies=topologies, collectives=collectives, dtype=dtype)
         summary = write_export(db, groups, directory, force=force)
     click.echo(str(summary))
+
+
+def _export_mscclpp(directory: Path, topologies: tuple[str, ...]) -> None:
+    from collsynth.catalog.export_mscclpp import export_mscclpp
+    from collsynth.core.errors import CollsynthError
+    from collsynth.topologies.io import resolve_topology
+
+    if not topologies:
+        raise CollsynthError("--mscclpp needs the topologies to write plans for: add -t NAME (e.g. -t h100_nvswitch)")
+    paths = export_mscclpp([resolve_topology(t) for t in topologies], directory)
+    click.echo(f"wrote {len(paths)} MSCCL++ execution plans (each passed the plan interpreter) to {directory}")
 
 
 def _entry_json(entry) -> dict:  # type: ignore[no-untyped-def]

@@ -34,4 +34,34 @@ def chakra(file: Path, out_dir: Path, prefix: str | None, size: str) -> None:
                f"{paths[0].name} .. {paths[-1].name}" if paths else f"IR {ir.name!r} has no GPUs; nothing written")
 
 
+@export.command("mscclpp")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("-o", "--out", "out_file", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="the execution plan to write (JSON)")
+@click.option("-t", "--topology", "topology_spec", default=None,
+              help="topology of the ranks (multi-node: port channels across nodes); default: one node")
+@click.option("--channels", type=click.Choice(("auto", "memory", "port")), default="auto", show_default=True,
+              help="channel kind: memory inside a node and port across (auto), or one kind for all")
+@click.option("--groups", type=click.IntRange(min=1), default=None,
+              help="plan threadblocks per rank (IR threadblocks merged; default: one per IR threadblock where "
+                   "the executor's 16 semaphores allow)")
+def mscclpp(file: Path, out_file: Path, topology_spec: str | None, channels: str, groups: int | None) -> None:
+    """Lower an MSCCL-IR XML file to an MSCCL++ 0.9.x execution plan; the plan is schema-checked and run by
+    the plan interpreter against the collective's postcondition before it is written."""
+    from collsynth.core.files import write_atomic
+    from collsynth.emit.msccl_xml import read_xml
+    from collsynth.emit.mscclpp import ir_to_plan, plan_to_json
+    from collsynth.runtime.plan import checked_plan
+    from collsynth.topologies.io import resolve_topology
+
+    ir = read_xml(file)
+    topology = resolve_topology(topology_spec) if topology_spec else None
+    plan = ir_to_plan(ir, topology, channels, groups=groups)
+    outcome = checked_plan(plan)
+    write_atomic(out_file, plan_to_json(plan))
+    ntbs = sum(len(gpu["threadblocks"]) for gpu in plan["gpus"])
+    click.echo(f"wrote {out_file}: {plan['collective']} on {len(plan['gpus'])} ranks, {ntbs} threadblocks, "
+               f"{outcome.steps_run} ops; plan interpreter: {outcome.message}")
+
+
 COMMANDS = (export,)

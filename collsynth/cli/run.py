@@ -33,17 +33,39 @@ _OP_METAVAR = "[" + "|".join(REDUCTION_OPS) + "]"
               help="Postcondition to check: a collective name or a JSON file (default: the XML's coll).")
 def run(xml_file: str, size: str, dtype: str, reduce_op: str, backend: str, seed: int, root: int | None,
         collective_spec: str | None) -> None:
-    """Run XML_FILE on every rank and check the collective's postcondition.
+    """Run XML_FILE (MSCCL-IR; a .json file: an MSCCL++ execution plan, on the plan interpreter) on every rank
+    and check the collective's postcondition.
 
     Prints PASS/FAIL with collective, ranks, size, dtype (and op, unless sum) and time, then one line per
     stuck threadblock or wrong chunk. Exit code 0 on PASS, 1 on FAIL, 2 on bad input."""
     dtype = number_format(dtype).name
     reduce_op = reduction_op(reduce_op)
+    if xml_file.endswith(".json"):
+        if backend != "cpu":
+            raise click.UsageError("an MSCCL++ plan (.json) runs on the plan interpreter; drop --backend")
+        _run_plan(xml_file, size, dtype, reduce_op, seed, collective_spec, root)
+        return
     ir = read_xml(xml_file)
     given = resolve_collective(collective_spec, ir.ngpus, root=root) if collective_spec is not None else None
     collective = collective_for(ir, given, root)
     result = execute(ir, backend=backend, nbytes=parse_size(size), dtype=dtype, seed=seed, collective=collective,
                      op=reduce_op)
+    click.echo(str(result))
+    if not result.passed:
+        sys.exit(1)
+
+
+def _run_plan(path: str, size: str, dtype: str, reduce_op: str, seed: int, collective_spec: str | None,
+              root: int | None) -> None:
+    """`collsynth run plan.json`: an MSCCL++ execution plan, on the plan interpreter."""
+    from collsynth.core.files import read_json_file
+    from collsynth.emit.mscclpp_schema import PlanSchemaError, check_plan
+    from collsynth.runtime.plan import execute_plan
+
+    plan = read_json_file(path, PlanSchemaError, "the execution plan")
+    check_plan(plan)
+    given = resolve_collective(collective_spec, len(plan["gpus"]), root=root) if collective_spec else None
+    result = execute_plan(plan, nbytes=parse_size(size), dtype=dtype, seed=seed, op=reduce_op, collective=given)
     click.echo(str(result))
     if not result.passed:
         sys.exit(1)

@@ -1,0 +1,444 @@
+"""The MSCCL++ plan interpreter: runs an execution plan on numpy buffers with the executor's semantics.
+
+Semantics (MSCCL++ 0.9.x, see docs/formats.md and collsynth/emit/mscclpp_schema.py):
+* every rank has input, output and scratch buffers of chunks (in-place plans alias input and output as NCCL
+  does, collsynth.runtime.layout); a chunk is (larger user buffer) / chunks, the whole buffer in one pass;
+* a threadblock runs its ops in order; an op that cannot go on (a `wait` with no signal, a `sem_acquire` on
+  a zero semaphore, a packet read of packets not yet written) blocks it; when no threadblock can move and
+  work is left, that is a deadlock, reported with every stuck threadblock and what it waits for;
+* memory/port channels pair in order: the k-th channel of a type from rank r to p is the partner of the k-th
+  from p to r. `put` writes the local source into the peer's registered buffer (one-sided); `signal`
+  raises the partner's semaphore; `wait` takes one signal; `pws` / `pwsf` are put + signal (+ flush).
+  Data written by a peer's put may be read only after a wait that took a signal the writer sent after the
+  put (a read before that is a race: FAIL);
+* a port channel's put is a DMA the proxy does later: its source must not be written again, and the
+  threadblock must not finish, before a `flush` on that channel;
+* packets (LL): `ppkt` writes data + flags into the peer's scratch; `upkt` / `repkt` wait for the flags, so
+  they need no signal; `copy` / `re` are local (re: dst = src0 op src1 op ...); `glres` reads a chunk of every
+  rank of a switch group through the switch, reduces in rank order and stores the result to every member
+  (multimem ld_reduce + st); `gstore` stores a local chunk to every member; `sem_release` / `sem_acquire`
+  order threadblocks of one GPU; `nop` does nothing.
+The postcondition is checked with the runtime's own checker (collsynth.runtime.check) on inputs made exact
+by layout.make_inputs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from collsynth.collectives.spec import Collective, display_name
+from collsynth.emit.mscclpp_schema import check_plan
+from collsynth.ir import Algo, Gpu, coll_spelling
+from collsynth.runtime.check import check_outputs
+from collsynth.runtime.layout import collective_for, make_inputs, plan_layout
+from collsynth.runtime.numerics import number_format, reducer, reduction_op
+from collsynth.runtime.result import DEADLOCK, LAYOUT, MISMATCH, UNWRITTEN_READ, ExecutionError, ExecutionResult
+
+RACE = "race"  # a read of data a peer's put wrote before the matching wait, or a write under an unflushed DMA
+UNSUPPORTED = "unsupported-op"
+MAX_REPORTED = 20
+
+
+class _Failure(Exception):
+    def __init__(self, kind: str, message: str, details: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.kind, self.message, self.details = kind, message, tuple(details)
+
+
+def plan_collective(plan: Mapping[str, Any], collective: Collective | None = None) -> Collective:
+    """The collective a plan computes: given, or rebuilt from its name and buffer sizes (root from the
+    `collsynth.root` extra key for rooted collectives)."""
+    skeleton = Algo(name=str(plan["name"]), collective=coll_spelling(str(plan["collective"])),
+                    proto=str(plan["protocol"]), nchannels=1, nchunksperloop=1, ngpus=len(plan["gpus"]),
+                    inplace=bool(plan["inplace"]),
+                    gpus=tuple(Gpu(g["id"], g["input_chunks"], g["output_chunks"], g["scratch_chunks"], ())
+                               for g in plan["gpus"]))
+    root = plan.get("collsynth", {}).get("root") if isinstance(plan.get("collsynth"), Mapping) else None
+    return collective_for(skeleton, collective, root)
+
+
+def execute_plan(plan: Mapping[str, Any], nbytes: int | None = None, dtype: str = "float32", seed: int = 0,
+                 op: str = "sum", collective: Collective | None = None) -> ExecutionResult:
+    """Check the plan's schema, run it on every rank's buffers and check the collective's postcondition.
+    Raises PlanSchemaError for a malformed plan; everything the plan does wrong is a FAIL result."""
+    check_plan(plan)
+    fmt = number_format(dtype)
+    op = reduction_op(op)
+    coll = plan_collective(plan, collective)
+    skeleton = Algo(name="plan", collective=coll.name, proto="Simple", nchannels=1, nchunksperloop=1,
+                    ngpus=coll.num_ranks, inplace=coll.inplace, gpus=(Gpu(0, coll.input_chunks, coll.output_chunks,
+                                                                          0, ()),))
+    layout = plan_layout(skeleton, coll, nbytes, fmt)
+    inputs = make_inputs(layout, fmt, seed, op)
+
+    def result(passed: bool, failure: str | None, message: str, details: Sequence[str] = (),
+               outputs: tuple[np.ndarray, ...] = (), seconds: float = 0.0, ops_run: int = 0) -> ExecutionResult:
+        return ExecutionResult(passed=passed, message=message, collective=display_name(coll.name),
+                               ngpus=coll.num_ranks, nbytes=layout.input_chunks * layout.chunk_elems * fmt.itemsize,
+                               dtype=fmt.name, backend="mscclpp-plan", seconds=seconds, outputs=outputs,
+                               inputs=tuple(x.reshape(-1) for x in inputs), failure=failure, details=tuple(details),
+                               chunk_elems=layout.chunk_elems, steps_run=ops_run, op=op)
+
+    for gpu in plan["gpus"]:
+        if gpu["input_chunks"] != coll.input_chunks or gpu["output_chunks"] not in (0, coll.output_chunks):
+            return result(False, LAYOUT, f"gpu {gpu['id']} has input_chunks={gpu['input_chunks']}, output_chunks="
+                          f"{gpu['output_chunks']} but {coll} has {coll.input_chunks} and {coll.output_chunks}")
+    started = time.perf_counter()
+    machine = None
+    try:
+        machine = _Machine(plan, coll, layout.chunk_elems, inputs, fmt, op)
+        ops_run = machine.run()
+    except _Failure as failure:
+        return result(False, failure.kind, failure.message, failure.details,
+                      machine.outputs() if machine else (), time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    outputs = machine.outputs()
+    outcome = check_outputs(coll, inputs, [out.reshape(coll.output_chunks, -1) for out in outputs], exact=True,
+                            written=machine.output_written(), op=op, dtype=fmt)
+    if not outcome.passed:
+        return result(False, MISMATCH, outcome.message, outcome.details, outputs, seconds, ops_run)
+    return result(True, None, f"{outcome.message}; {ops_run} ops", (), outputs, seconds, ops_run)
+
+
+@dataclass
+class _Rank:
+    """One rank's buffers: storage arrays, where each buffer lives in them, written bits, remote writers."""
+
+    storages: list[np.ndarray]
+    places: dict[str, tuple[int, int, int]]  # buffer -> (storage, first chunk, chunks)
+    written: list[np.ndarray]
+    writer: list[np.ndarray]  # rank whose remote write is not yet synchronized (-1: none)
+    writer_seq: list[np.ndarray]  # the writer's signal count to this rank at the write
+    packet: list[np.ndarray]  # chunk holds packets (LL): readable by upkt/repkt without a wait
+    in_flight: list[np.ndarray]  # chunk is the source of an unflushed port put
+    semaphores: list[int] = field(default_factory=list)
+
+
+class _Machine:
+    def __init__(self, plan: Mapping[str, Any], coll: Collective, elems: int, inputs: list[np.ndarray], fmt: Any,
+                 op: str) -> None:
+        self.plan, self.gpus = plan, plan["gpus"]
+        self.reduce = reducer(fmt, op)
+        self.ranks = [self._rank(gpu, coll, elems, inputs[r]) for r, gpu in enumerate(self.gpus)]
+        n = len(self.gpus)
+        self.peers = [{kind: [p for ch in gpu["channels"] if ch["channel_type"] == kind for p in ch["connected_to"]]
+                       for kind in ("memory", "port")} for gpu in self.gpus]
+        self.switches = [[(ch["buffer_type"], tuple(group["ranks"])) for ch in gpu["channels"]
+                          if ch["channel_type"] == "switch" for group in ch["rank_groups"]] for gpu in self.gpus]
+        self.partner = self._pair_channels()
+        self.inbox: dict[tuple[int, str, int], deque[int]] = {}  # (rank, type, channel) -> signal seqs
+        self.sent = np.zeros((n, n), dtype=np.int64)  # signals sent r -> p over any channel
+        self.seen = np.zeros((n, n), dtype=np.int64)  # highest signal seq from p that r has waited for
+        self.unflushed: dict[tuple[int, int], int] = {}  # (rank, port channel) -> puts since the last flush
+
+    def _rank(self, gpu: Mapping[str, Any], coll: Collective, elems: int, data: np.ndarray) -> _Rank:
+        ic, oc, sc = coll.input_chunks, coll.output_chunks, gpu["scratch_chunks"]
+        rank = gpu["id"]
+        if coll.inplace:
+            size = max(ic, oc)
+            start_i = rank * ic if ic < oc else 0
+            start_o = rank * oc if oc < ic else 0
+            shared = np.zeros((size, elems), dtype=data.dtype)
+            shared[start_i:start_i + ic] = data
+            storages = [shared, np.zeros((sc, elems), dtype=data.dtype)]
+            places = {"i": (0, start_i, ic), "o": (0, start_o, oc), "s": (1, 0, sc)}
+            written = [np.zeros(size, dtype=bool), np.zeros(sc, dtype=bool)]
+            written[0][start_i:start_i + ic] = True
+        else:
+            storages = [data.copy(), np.zeros((oc, elems), dtype=data.dtype), np.zeros((sc, elems), dtype=data.dtype)]
+            places = {"i": (0, 0, ic), "o": (1, 0, oc), "s": (2, 0, sc)}
+            written = [np.ones(ic, dtype=bool), np.zeros(oc, dtype=bool), np.zeros(sc, dtype=bool)]
+        sizes = [len(s) for s in storages]
+        return _Rank(storages, places, written, [np.full(k, -1) for k in sizes], [np.zeros(k, dtype=np.int64)
+                                                                                for k in sizes],
+                     [np.zeros(k, dtype=bool) for k in sizes], [np.zeros(k, dtype=bool) for k in sizes],
+                     [int(s["init_value"]) for s in gpu.get("semaphores", [])])
+
+    def _pair_channels(self) -> dict[tuple[int, str, int], int]:
+        """(rank, type, channel) -> the partner channel's index on the peer (k-th to p pairs with k-th to r)."""
+        partner: dict[tuple[int, str, int], int] = {}
+        for rank, peers in enumerate(self.peers):
+            for kind, listed in peers.items():
+                for index, peer in enumerate(listed):
+                    ordinal = listed[:index].count(peer)
+                    back = [j for j, q in enumerate(self.peers[peer][kind]) if q == rank]
+                    if ordinal >= len(back):
+                        raise _Failure(LAYOUT, f"rank {rank}'s {kind} channel {index} to rank {peer} has no partner "
+                                       f"channel on rank {peer}; declare the channel on both ranks")
+                    partner[(rank, kind, index)] = back[ordinal]
+        return partner
+
+    # --- buffers -------------------------------------------------------------------------------
+    def _slot(self, rank: int, buf: str, index: int, size: int, what: str) -> tuple[int, slice]:
+        storage, start, count = self.ranks[rank].places[buf]
+        if index < 0 or size < 1 or index + size > count:
+            raise _Failure(LAYOUT, f"{what} addresses rank {rank} {buf}[{index}:{index + size}] but the buffer holds "
+                           f"{count} chunks")
+        return storage, slice(start + index, start + index + size)
+
+    def _read(self, rank: int, reader: int, buf: str, index: int, size: int, what: str, packets: bool = False,
+              ) -> np.ndarray:
+        storage, rows = self._slot(rank, buf, index, size, what)
+        state = self.ranks[rank]
+        if not state.written[storage][rows].all():
+            raise _Failure(UNWRITTEN_READ, f"{what} reads rank {rank} {buf}[{index}:{index + size}], which nothing "
+                           "has written")
+        if not packets:
+            if state.packet[storage][rows].any():
+                raise _Failure(RACE, f"{what} reads packets in rank {rank} {buf}[{index}:{index + size}] as plain "
+                               "data; use upkt/repkt")
+            for w, seq in zip(state.writer[storage][rows], state.writer_seq[storage][rows], strict=True):
+                if w >= 0 and w != reader and self.seen[reader, w] <= seq:
+                    raise _Failure(RACE, f"{what} reads rank {rank} {buf}[{index}:{index + size}] that rank {w} put "
+                                   f"there before rank {reader} waited for rank {w}'s signal after the put")
+        return state.storages[storage][rows].copy()
+
+    def _write(self, rank: int, writer: int, buf: str, index: int, size: int, data: np.ndarray, what: str,
+               packets: bool = False) -> None:
+        storage, rows = self._slot(rank, buf, index, size, what)
+        state = self.ranks[rank]
+        if state.in_flight[storage][rows].any():
+            raise _Failure(RACE, f"{what} overwrites rank {rank} {buf}[{index}:{index + size}] while a port put "
+                           "still reads it; flush the port channel first")
+        state.storages[storage][rows] = data
+        state.written[storage][rows] = True
+        state.packet[storage][rows] = packets
+        state.writer[storage][rows] = writer if writer != rank else -1
+        state.writer_seq[storage][rows] = self.sent[writer, rank]
+
+    # --- running -------------------------------------------------------------------------------
+    def run(self) -> int:
+        tbs = [(r, t) for r, gpu in enumerate(self.gpus) for t in range(len(gpu["threadblocks"]))]
+        pcs = dict.fromkeys(tbs, 0)
+        ops_run = 0
+        moved = True
+        while moved:
+            moved = False
+            for rank, t in tbs:
+                tb = self.gpus[rank]["threadblocks"][t]
+                while pcs[(rank, t)] < len(tb["ops"]):
+                    if not self._step(rank, tb, tb["ops"][pcs[(rank, t)]], f"gpu {rank} tb {t} op "
+                                      f"{pcs[(rank, t)]}"):
+                        break
+                    pcs[(rank, t)] += 1
+                    ops_run += 1
+                    moved = True
+        stuck = [(r, t) for r, t in tbs if pcs[(r, t)] < len(self.gpus[r]["threadblocks"][t]["ops"])]
+        if stuck:
+            lines = [f"gpu {r} tb {t} op {pcs[(r, t)]} ({self.gpus[r]['threadblocks'][t]['ops'][pcs[(r, t)]]['name']}) "
+                     "waits for something no threadblock will ever do" for r, t in stuck]
+            raise _Failure(DEADLOCK, f"{len(stuck)} threadblock(s) can never finish; {lines[0]}", lines[:MAX_REPORTED])
+        open_puts = [key for key, count in self.unflushed.items() if count]
+        if open_puts:
+            rank, channel = open_puts[0]
+            raise _Failure(RACE, f"rank {rank} port channel {channel} ends with puts never flushed; add a flush")
+        return ops_run
+
+    def _channels(self, tb: Mapping[str, Any], op: Mapping[str, Any]) -> tuple[str, list[int]]:
+        kind = op.get("channel_type", "none")
+        local = [cid for entry in tb["channels"] if entry["channel_type"] == kind for cid in entry["channel_ids"]]
+        return kind, [local[c] for c in op.get("channel_ids", [])]
+
+    def _remote(self, rank: int, tb: Mapping[str, Any], kind: str, buff: Mapping[str, Any], peer: int,
+                what: str) -> str:
+        refs = [b for entry in tb.get("remote_buffer_refs", []) if entry["access_channel_type"] == kind
+                for b in entry["remote_buffer_ids"]]
+        info = self.gpus[rank]["remote_buffers"][refs[buff["buffer_id"]]]
+        if info["rank"] != peer:
+            raise _Failure(LAYOUT, f"{what} puts through a channel to rank {peer} into a buffer of rank {info['rank']}")
+        return str(info["type"])
+
+    def _step(self, rank: int, tb: Mapping[str, Any], op: Mapping[str, Any], what: str) -> bool:
+        name = op["name"]
+        what = f"{what} ({name})"
+        kind, channels = self._channels(tb, op)
+        handler = _HANDLERS.get(name)
+        if handler is None:
+            raise _Failure(UNSUPPORTED, f"{what}: the plan interpreter does not run {name!r} ops")
+        return handler(self, rank, tb, op, kind, channels, what)
+
+    def outputs(self) -> tuple[np.ndarray, ...]:
+        result = []
+        for state in self.ranks:
+            storage, start, count = state.places["o"]
+            result.append(state.storages[storage][start:start + count].reshape(-1))
+        return tuple(result)
+
+    def output_written(self) -> list[np.ndarray]:
+        return [state.written[state.places["o"][0]][state.places["o"][1]:state.places["o"][1] + state.places["o"][2]]
+                for state in self.ranks]
+
+
+# --- op handlers: return False when the op must wait --------------------------------------------------
+
+Handler = Callable[["_Machine", int, Any, Any, str, list[int], str], bool]
+
+
+def _local(buff: Mapping[str, Any]) -> tuple[str, int, int]:
+    return str(buff["type"]), int(buff["index"]), int(buff["size"])
+
+
+def _op_put(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str,
+            packets: bool = False) -> bool:
+    srcs, dsts = op.get("src_buff", []), op.get("dst_buff", [])
+    if not channels or len(dsts) != len(channels) or not srcs:
+        raise _Failure(LAYOUT, f"{what} needs one dst_buff per channel id and a src_buff")
+    for k, channel in enumerate(channels):
+        peer = m.peers[rank][kind][channel]
+        src = srcs[min(k, len(srcs) - 1)]
+        data = m._read(rank, rank, *_local(src), what)
+        buf = m._remote(rank, tb, kind, dsts[k], peer, what)
+        m._write(peer, rank, buf, int(dsts[k]["index"]), int(dsts[k]["size"]), data, what, packets)
+        if kind == "port":
+            storage, rows = m._slot(rank, *_local(src), what)
+            m.ranks[rank].in_flight[storage][rows] = True
+            m.unflushed[(rank, channel)] = m.unflushed.get((rank, channel), 0) + 1
+    return True
+
+
+def _op_ppkt(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str) -> bool:
+    return _op_put(m, rank, tb, op, kind, channels, what, packets=True)
+
+
+def _op_signal(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str) -> bool:
+    for channel in channels:
+        peer = m.peers[rank][kind][channel]
+        m.sent[rank, peer] += 1
+        m.inbox.setdefault((peer, kind, m.partner[(rank, kind, channel)]), deque()).append(int(m.sent[rank, peer]))
+    return True
+
+
+def _op_wait(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str) -> bool:
+    if any(not m.inbox.get((rank, kind, channel)) for channel in channels):
+        return False
+    for channel in channels:
+        peer = m.peers[rank][kind][channel]
+        seq = m.inbox[(rank, kind, channel)].popleft()
+        m.seen[rank, peer] = max(m.seen[rank, peer], seq)
+    return True
+
+
+def _op_flush(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str) -> bool:
+    for channel in channels:
+        m.unflushed[(rank, channel)] = 0
+    if not any(m.unflushed.get((rank, c)) for c in range(len(m.peers[rank]["port"]))):
+        for flags in m.ranks[rank].in_flight:
+            flags[...] = False
+    return True
+
+
+def _op_pws(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str) -> bool:
+    return _op_put(m, rank, tb, op, kind, channels, what) and _op_signal(m, rank, tb, op, kind, channels, what)
+
+
+def _op_pwsf(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str) -> bool:
+    return _op_pws(m, rank, tb, op, kind, channels, what) and _op_flush(m, rank, tb, op, kind, channels, what)
+
+
+def _op_copy(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str,
+             packets: bool = False) -> bool:
+    src, dst = op["src_buff"][0], op["dst_buff"][0]
+    if packets and not _packets_ready(m, rank, [src]):
+        return False
+    data = m._read(rank, rank, *_local(src), what, packets=packets)
+    m._write(rank, rank, *_local(dst), data, what)
+    return True
+
+
+def _op_upkt(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str) -> bool:
+    return _op_copy(m, rank, tb, op, kind, channels, what, packets=True)
+
+
+def _packets_ready(m: _Machine, rank: int, buffs: list[Any]) -> bool:
+    for buff in buffs:
+        storage, rows = m._slot(rank, *_local(buff), "packet read")
+        if not m.ranks[rank].packet[storage][rows].all():
+            return False
+    return True
+
+
+def _op_reduce(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str,
+               packets: bool = False) -> bool:
+    srcs, dst = op["src_buff"], op["dst_buff"][0]
+    if packets and not _packets_ready(m, rank, srcs[1:]):
+        return False
+    total = m._read(rank, rank, *_local(srcs[0]), what)
+    for src in srcs[1:]:
+        total = m.reduce(total, m._read(rank, rank, *_local(src), what, packets=packets))
+    m._write(rank, rank, *_local(dst), total, what)
+    return True
+
+
+def _op_repkt(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str) -> bool:
+    return _op_reduce(m, rank, tb, op, kind, channels, what, packets=True)
+
+
+def _switch(m: _Machine, rank: int, tb: Any, buff: Mapping[str, Any]) -> tuple[str, tuple[int, ...]]:
+    local = [cid for entry in tb["channels"] if entry["channel_type"] == "switch" for cid in entry["channel_ids"]]
+    return m.switches[rank][local[buff["switch_channel_id"]]]
+
+
+def _op_glres(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str) -> bool:
+    src, dst = op["src_buff"][0], op["dst_buff"][0]
+    buf, group = _switch(m, rank, tb, src)
+    total = None
+    for member in sorted(group):
+        data = m._read(member, rank, buf, int(src["index"]), int(src["size"]), what)
+        total = data if total is None else m.reduce(total, data)
+    assert total is not None  # a switch group has members (schema-checked)
+    out_buf, out_group = _switch(m, rank, tb, dst)
+    for member in out_group:
+        m._write(member, rank, out_buf, int(dst["index"]), int(dst["size"]), total, what)
+    return True
+
+
+def _op_gstore(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str) -> bool:
+    src, dst = op["src_buff"][0], op["dst_buff"][0]
+    data = m._read(rank, rank, *_local(src), what)
+    out_buf, out_group = _switch(m, rank, tb, dst)
+    for member in out_group:
+        m._write(member, rank, out_buf, int(dst["index"]), int(dst["size"]), data, what)
+    return True
+
+
+def _op_sem_release(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str) -> bool:
+    for sid in op["semaphore_ids"]:
+        m.ranks[rank].semaphores[sid] += 1
+    return True
+
+
+def _op_sem_acquire(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str) -> bool:
+    semaphores = m.ranks[rank].semaphores
+    if any(semaphores[sid] < op["semaphore_ids"].count(sid) for sid in op["semaphore_ids"]):
+        return False
+    for sid in op["semaphore_ids"]:
+        semaphores[sid] -= 1
+    return True
+
+
+def _op_nop(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str) -> bool:
+    return True
+
+
+_HANDLERS: Mapping[str, Handler] = {
+    "put": _op_put, "pws": _op_pws, "pwsf": _op_pwsf, "ppkt": _op_ppkt, "signal": _op_signal, "wait": _op_wait,
+    "flush": _op_flush,
+    "copy": _op_copy, "upkt": _op_upkt, "re": _op_reduce, "repkt": _op_repkt, "glres": _op_glres,
+    "gstore": _op_gstore, "sem_release": _op_sem_release, "sem_acquire": _op_sem_acquire, "nop": _op_nop,
+}
+
+
+def checked_plan(plan: Mapping[str, Any], collective: Collective | None = None, nbytes: int | None = None,
+                 ) -> ExecutionResult:
+    """Run the plan through the schema check and the interpreter; raise ExecutionError (one line) unless it
+    passes. Every plan collsynth writes goes through this first."""
+    outcome = execute_plan(plan, nbytes=nbytes, collective=collective)
+    if not outcome.passed:
+        raise ExecutionError(f"plan {plan['name']!r} fails the plan interpreter: {outcome.failure}: {outcome.message}")
+    return outcome
