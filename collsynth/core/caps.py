@@ -32,11 +32,12 @@ class Cap:
             return int(text)
         return self.default
 
-    def check(self, value: int | float, label: str) -> None:
-        """Raise CapError when `value` is above the cap; `label` says which input holds it."""
+    def check(self, value: int | float, label: str, error: type[Exception] = CapError) -> None:
+        """Raise `error` when `value` is above the cap; `label` says which input holds it."""
         limit = self.limit()
         if value > limit:
-            raise CapError(f"{label}: {value:g} {self.what} is above the cap of {limit} {self.what}; "
+            shown = f"{value:g}" if isinstance(value, float) else str(value)
+            raise error(f"{label}: {shown} {self.what} is above the cap of {limit} {self.what}; "
                            f"raise it with {self.env}=N if you mean it")
 
 
