@@ -34,7 +34,6 @@ import numpy as np
 from collsynth.core.errors import CollsynthError
 from collsynth.core.files import read_json_file
 
-
 if TYPE_CHECKING:
     from collsynth.collectives.schema import CollectiveSchema
 
