@@ -49,4 +49,5 @@ STEPS = Cap("steps", 1024, "COLLSYNTH_MAX_STEPS")  # steps of a schedule / a sol
 SENDS = Cap("sends", 1 << 22, "COLLSYNTH_MAX_SENDS")  # sends of one schedule
 BUFFER_BYTES = Cap("bytes", 4 << 30, "COLLSYNTH_MAX_BUFFER_BYTES")  # per-rank buffer an interpreter allocates
 INPUT_BYTES = Cap("bytes", 64 << 20, "COLLSYNTH_MAX_INPUT_BYTES")  # one input file
+PROGRAM_RANKS = Cap("ranks", 512, "COLLSYNTH_MAX_PROGRAM_RANKS")  # a compiled library program (algorithms show)
 DRAW_RANKS = Cap("ranks", 512, "COLLSYNTH_MAX_DRAW_RANKS")  # a drawing stays readable (and fast) below this
