@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from collsynth.core.caps import CHUNKS, CHUNKS_PER_RANK, RANKS
+from collsynth.core.caps import CHUNKS, CHUNKS_PER_RANK, PLACEMENTS, RANKS
 from collsynth.core.schema import Strict, check
 
 Index = Annotated[int, Field(ge=0)]
@@ -34,6 +34,8 @@ def check_collective_dict(data: Any, label: str, error: type[Exception]) -> Coll
     doc = check(CollectiveSchema, data, label, error)
     RANKS.check(doc.num_ranks, f"{label}: num_ranks", error)
     CHUNKS_PER_RANK.check(doc.chunks, f"{label}: chunks", error)
+    if doc.inputs is None:  # a standard collective places up to ranks^2 x chunks chunks (AllGather, AllToAll)
+        PLACEMENTS.check(doc.num_ranks ** 2 * doc.chunks, f"{label}: num_ranks^2 x chunks", error)
     for key, placement in (("inputs", doc.inputs), ("outputs", doc.outputs)):
         if placement is not None:
             CHUNKS.check(len(placement), f"{label}: {key}", error)

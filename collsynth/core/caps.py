@@ -45,6 +45,7 @@ RANKS = Cap("ranks", 16384, "COLLSYNTH_MAX_RANKS")
 LINKS = Cap("links", 1 << 20, "COLLSYNTH_MAX_LINKS")
 CHUNKS = Cap("chunks", 1 << 16, "COLLSYNTH_MAX_CHUNKS")  # chunks of one collective / one buffer
 CHUNKS_PER_RANK = Cap("chunks per rank", 256, "COLLSYNTH_MAX_CHUNKS_PER_RANK")  # a solver's -c
+PLACEMENTS = Cap("chunk placements", 1 << 22, "COLLSYNTH_MAX_PLACEMENTS")  # ranks^2 x chunks of a collective
 STEPS = Cap("steps", 1024, "COLLSYNTH_MAX_STEPS")  # steps of a schedule / a solver's -s
 SENDS = Cap("sends", 1 << 22, "COLLSYNTH_MAX_SENDS")  # sends of one schedule
 BUFFER_BYTES = Cap("bytes", 4 << 30, "COLLSYNTH_MAX_BUFFER_BYTES")  # per-rank buffer an interpreter allocates
