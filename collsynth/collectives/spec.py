@@ -340,7 +340,7 @@ def load_collective(path: str | Path) -> Collective:
 
 def resolve_collective(spec: str, num_ranks: int, chunks: int = 1, *, root: int | None = None) -> Collective:
     """A standard collective by forgiving name, or a path to a user-defined collective's JSON file."""
-    if spec.endswith(".json") or Path(spec).is_file():
+    if spec.endswith(".json") or (Path(spec).exists() and not Path(spec).is_dir()):
         coll = load_collective(spec)
         if coll.num_ranks != num_ranks:
             raise CollectiveError(f"{spec}: defined for {coll.num_ranks} ranks but the topology has {num_ranks}")

@@ -63,7 +63,7 @@ from lxml import etree
 from collsynth.core.errors import CollsynthError
 from collsynth.core.files import write_atomic
 from collsynth.ir import Algo, Gpu, Step, Threadblock
-from collsynth.ir.validate import validate
+from collsynth.ir.validate import IRError, validate
 
 ALGO_ATTRS = ("name", "proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace", "outofplace", "minBytes",
               "maxBytes")
@@ -129,7 +129,10 @@ def read_xml(source: str | os.PathLike[str]) -> Algo:
     except ValueError as exc:  # lxml refuses some inputs (e.g. NUL bytes, unknown encodings) this way
         raise XMLFormatError(f"{label}: not well-formed XML ({exc})") from None
     ir = _algo(label, root)
-    validate(ir)
+    try:
+        validate(ir)
+    except IRError as exc:
+        raise IRError(f"{label}: {exc}") from None
     return ir
 
 

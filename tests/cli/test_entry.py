@@ -69,8 +69,8 @@ def test_sigterm_is_handled_like_ctrl_c():
 
         @click.command("sleepy")
         def sleepy():
-            print("ready", flush=True)
             try:
+                print("ready", flush=True)
                 time.sleep(60)
             except KeyboardInterrupt:
                 print("kept finished work", flush=True)

@@ -21,7 +21,7 @@ def _mutated(source, tmp_path, old, new):
     ('nchunksperloop="8"', 'nchunksperloop="16"', "reference interpreter refuses this IR"),
     ('nchunksperloop="8"', 'nchunksperloop="1000000000"', "above the cap"),
     ('i_chunks="2"', 'i_chunks="1000000000"', "above the cap of 65536 chunks; raise it with COLLSYNTH_MAX_CHUNKS"),
-    ('type="s" ', 'type="nop" ', "refuses this IR|nop"),
+    ('type="s" ', 'type="cpy" ', r"reference interpreter refuses this IR \(deadlock\)"),
 ])
 def test_sim_and_export_refuse_what_the_interpreter_refuses(cli_runner, ring_allgather_xml, tmp_path, old, new,
                                                             message):
