@@ -27,8 +27,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from collsynth.core.errors import CollsynthError
 from collsynth.core.caps import CHUNKS_PER_RANK, RANKS
+from collsynth.core.errors import CollsynthError
 from collsynth.core.files import read_json_file
 from collsynth.topologies import Topology
 
