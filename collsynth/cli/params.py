@@ -20,9 +20,9 @@ class Seconds(click.ParamType):
         try:
             seconds = float(value)
         except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a number of seconds; write e.g. 60 or 2.5", param, ctx)
+            self.fail(f"{value!r} is not a time limit in seconds; write e.g. 60 or 2.5", param, ctx)
         if not math.isfinite(seconds) or seconds <= 0:
-            self.fail(f"{value!r} is not a positive finite number of seconds; write e.g. 60 or 2.5", param, ctx)
+            self.fail(f"{value!r} is not a positive finite time limit in seconds; write e.g. 60 or 2.5", param, ctx)
         return seconds
 
 

@@ -42,7 +42,7 @@ class StepSchema(Strict):
 
 
 class AlgorithmSchema(Strict):
-    format: Literal["collsynth.algorithm/1"] = FORMAT
+    format: Literal["collsynth.algorithm/1"] = "collsynth.algorithm/1"
     name: str
     topology: dict[str, Any]
     collective: dict[str, Any]
