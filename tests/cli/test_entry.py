@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -102,3 +103,32 @@ def test_ctrl_c_during_start_up_prints_no_traceback():
         """)
     assert done.returncode == 130, done.stderr
     assert done.stderr.strip() == "interrupted"
+
+
+def test_sigterm_during_a_pareto_sweep_keeps_the_finished_points(tmp_path):
+    out = tmp_path / "rep"
+    code = f"""
+        import sys, time
+        import collsynth.synth.report as report
+        from collsynth.cli import main
+
+        real = report.write_progress
+        def slow_after_first_point(result, directory):  # the next solve takes long: SIGTERM arrives during it
+            written = real(result, directory)
+            print("point", flush=True)
+            time.sleep(60)
+            return written
+        report.write_progress = slow_after_first_point
+        main(["synth", "pareto", "ring:3", "allgather", "--max-chunks", "2", "--report", {str(out)!r}])
+        """
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    while (line := proc.stdout.readline()) and line.strip() != "point":
+        pass
+    os.kill(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    doc = json.loads((out / "frontier.json").read_text())
+    assert doc["stopped"] == "interrupted" and doc["points"]
