@@ -99,6 +99,9 @@ class _Main(click.Group):
         try:
             with terminate_as_interrupt():
                 code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:  # `collsynth` alone: the help, as click shows it
+            exc.show()
+            sys.exit(exc.exit_code)
         except click.exceptions.UsageError as exc:
             hint = f" (see: {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
             _fail(exc.format_message() + hint, exc.exit_code)

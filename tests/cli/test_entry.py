@@ -132,3 +132,10 @@ def test_sigterm_during_a_pareto_sweep_keeps_the_finished_points(tmp_path):
     assert "Traceback" not in err
     doc = json.loads((out / "frontier.json").read_text())
     assert doc["stopped"] == "interrupted" and doc["points"]
+
+
+def test_no_arguments_show_the_help(cli_runner):
+    for args in ([], ["synth"]):
+        result = cli_runner.invoke(main, args)
+        assert "Usage:" in result.output and "Commands:" in result.output
+        assert "error:" not in result.output
