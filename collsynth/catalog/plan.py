@@ -39,8 +39,10 @@ topologies and collectives and returns the work items, each keyed by a hash of w
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
+import math
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +53,7 @@ from typing import Any
 import collsynth
 from collsynth.catalog.errors import PlanError
 from collsynth.collectives import Collective, resolve_collective
+from collsynth.core.caps import CHUNKS_PER_RANK, STEPS
 from collsynth.core.errors import CollsynthError
 from collsynth.core.units import parse_size
 from collsynth.topologies import Topology, resolve_topology
@@ -186,15 +189,16 @@ class WorkItem:
 
 def load_plan(path: str | Path) -> Plan:
     """Parse and check a plan file (raises PlanError naming the file and field)."""
+    from collsynth.core.files import read_text
+
     plan_path = Path(path)
-    try:
-        text = plan_path.read_text()
-    except OSError as exc:
-        raise PlanError(f"{plan_path}: cannot read the plan ({exc.strerror})") from None
+    text = read_text(plan_path, PlanError, "the plan")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise PlanError(f"{plan_path}: not valid TOML ({exc}); see plans/quick.toml for an example") from None
+    except RecursionError:
+        raise PlanError(f"{plan_path}: not valid TOML (nested too deeply); plans nest a few levels") from None
     return parse_plan(data, path=plan_path)
 
 
@@ -210,6 +214,9 @@ def parse_plan(data: Mapping[str, Any], *, path: Path | None = None) -> Plan:
     compile_table = _table(data.get("compile", {}), "compile", where)
     _no_unknown(compile_table, {"protocols", "instances", "inplace"}, "compile.", where)
     protocols = _str_list(compile_table.get("protocols", ["Simple"]), "compile.protocols", where)
+    if not protocols:
+        raise PlanError(f"{where}compile.protocols is empty, so nothing would be built; name at least one of "
+                        f"{', '.join(PROTOCOLS)}")
     for proto in protocols:
         if proto not in PROTOCOLS:
             raise PlanError(f"{where}compile.protocols: unknown protocol {proto!r}; use {', '.join(PROTOCOLS)}")
@@ -271,6 +278,8 @@ def _synth(index: int, entry: Any, time_limit: float, max_chunks: int, path: Pat
     for key in ("max_chunks", "chunks", "steps", "rounds", "max_steps"):
         if key in params and params[key] < 1:
             raise PlanError(f"{where}{label}.{key} must be >= 1, got {params[key]}")
+        if key in params:
+            (CHUNKS_PER_RANK if "chunks" in key else STEPS).check(params[key], f"{where}{label}.{key}", PlanError)
     if kind == "pareto":
         params.setdefault("max_chunks", max_chunks)
         params.setdefault("points", "pareto")
@@ -432,6 +441,8 @@ def _typed(value: Any, types: tuple[type, ...], label: str, where: str, *, requi
         names = " or ".join("number" if t is float else {int: "integer", str: "string"}.get(t, t.__name__)
                             for t in types)
         raise PlanError(f"{where}'{label}' must be a {names}, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise PlanError(f"{where}'{label}' must be a finite number, got {value!r}")
     return value
 
 
@@ -462,6 +473,8 @@ def _int_list(value: Any, label: str, where: str, *, minimum: int) -> list[int]:
         value = [value]
     if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         raise PlanError(f"{where}'{label}' must be a list of integers, got {value!r}")
+    if not value:
+        raise PlanError(f"{where}'{label}' is empty, so nothing would be built; give at least one value")
     for v in value:
         if v < minimum:
             raise PlanError(f"{where}'{label}': {v} is below {minimum}")
@@ -471,4 +484,6 @@ def _int_list(value: Any, label: str, where: str, *, minimum: int) -> list[int]:
 def _no_unknown(table: Mapping[str, Any], known: set[str], prefix: str, where: str) -> None:
     unknown = sorted(set(table) - known)
     if unknown:
-        raise PlanError(f"{where}unknown key '{prefix}{unknown[0]}'; known keys: {', '.join(sorted(known))}")
+        close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+        hint = f"did you mean '{prefix}{close[0]}'?" if close else f"known keys: {', '.join(sorted(known))}"
+        raise PlanError(f"{where}unknown key '{prefix}{unknown[0]}'; {hint}")

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from collsynth.algorithms import LIBRARY, AlgorithmError, library_entry
+from collsynth.cli.params import CHUNKS_OPTION, PROGRAM_RANKS_OPTION, CappedInt
 from collsynth.topologies.model import Topology
 
 # Options of `show` that map to builder parameters, by parameter name.
@@ -66,13 +67,15 @@ def _topology(spec: str | None, ranks: int | None, nodes: int | None) -> Topolog
 
 @algorithms.command("show")
 @click.argument("name")
-@click.option("--ranks", type=int, default=None, help="number of ranks (fully connected topology)")
-@click.option("--nodes", type=int, default=None, help="split --ranks into this many nodes (multi-node programs)")
+@click.option("--ranks", type=PROGRAM_RANKS_OPTION, default=None, help="number of ranks (fully connected topology)")
+@click.option("--nodes", type=CappedInt(1), default=None,
+              help="split --ranks into this many nodes (multi-node programs)")
 @click.option("--topology", "topology_spec", default=None, help="a topology name or JSON file instead of --ranks")
-@click.option("--channels", type=int, default=None, help="channels (ring programs)")
-@click.option("--chunks", type=int, default=None, help="chunk factor")
-@click.option("--segments", type=int, default=None, help="pipeline segments (tree programs)")
-@click.option("--instances", type=int, default=1, show_default=True, help="instances (compiler replication)")
+@click.option("--channels", type=CappedInt(1, maximum=32), default=None, help="channels (ring programs)")
+@click.option("--chunks", type=CHUNKS_OPTION, default=None, help="chunk factor")
+@click.option("--segments", type=CHUNKS_OPTION, default=None, help="pipeline segments (tree programs)")
+@click.option("--instances", type=CappedInt(1, maximum=32), default=1, show_default=True,
+              help="instances (compiler replication)")
 @click.option("--protocol", type=click.Choice(["Simple", "LL", "LL128"]), default="Simple", show_default=True)
 @click.option("--inplace", is_flag=True, help="the in-place variant of the collective")
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False), default=None,

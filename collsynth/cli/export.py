@@ -24,11 +24,11 @@ def export() -> None:
 def chakra(file: Path, out_dir: Path, prefix: str | None, size: str) -> None:
     """Write one Chakra ET file per rank: COMM_SEND/COMM_RECV nodes for the transfers, COMP nodes for
     reductions and copies, data dependencies within each rank."""
+    from collsynth.cli.ir_input import read_runnable_ir
     from collsynth.emit.chakra import export_chakra
-    from collsynth.emit.msccl_xml import read_xml
 
     nbytes = parse_size(size)
-    ir = read_xml(file)
+    ir = read_runnable_ir(file)
     paths = export_chakra(ir, out_dir, prefix or file.stem, nbytes=nbytes)
     click.echo(f"wrote {len(paths)} Chakra ET files ({format_size(nbytes)} per rank) to {out_dir}: "
                f"{paths[0].name} .. {paths[-1].name}" if paths else f"IR {ir.name!r} has no GPUs; nothing written")

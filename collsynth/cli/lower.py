@@ -45,6 +45,11 @@ def lower(algorithm: str, output: str | None, xml_path: str | None, instances: i
     if xml_path:
         ir = compile_program(program)
         nbytes = checkable_size(parse_size(size), ir)
+        if nbytes != parse_size(size):
+            from collsynth.core.errors import CollsynthError
+
+            raise CollsynthError(f"--size {size}: the interpreter needs whole float32 elements in every chunk; "
+                                 f"use a multiple of {checkable_size(1, ir)} bytes (e.g. {nbytes})")
         result = execute(ir, backend="cpu", nbytes=nbytes)
         if not result.passed:
             raise click.ClickException(f"the compiled program fails the interpreter: {result.message}")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from collsynth.cli.params import SECONDS
 from collsynth.core.errors import CollsynthError
 from collsynth.core.files import read_json_file, write_atomic
 from collsynth.core.units import parse_size
@@ -52,7 +53,7 @@ def _load_topology(spec: str, sketch: Sketch, taccl_costs: bool) -> tuple[Topolo
                    "AllReduce buffer / ranks (e.g. 1MB, 64KB)")
 @click.option("--solver", type=click.Choice(["cbc", "highs"]), default="cbc", show_default=True,
               help="MILP solver: CBC (bundled with PuLP) or HiGHS (highspy, usually faster)")
-@click.option("--time-limit", type=float, default=None, help="wall-clock budget of the whole run in seconds "
+@click.option("--time-limit", type=SECONDS, default=None, help="wall-clock budget of the whole run in seconds "
               "(the MILP stages share it); when it runs out the best verified schedule so far is returned with "
               "its proven gap, marked time-limited")
 @click.option("--gap", "mip_gap", type=float, default=1e-4, show_default=True, help="relative MIP gap to stop at")

@@ -45,6 +45,9 @@ def regress(quick: bool, suite_path: Path | None, report_dir: Path | None, jobs:
         raise CollsynthError("give --quick or --suite SUITE.toml, not both")
 
     path = baseline_path or BASELINE_PATH
+    if baseline_path is not None and not update_baseline and not baseline_path.is_file():
+        raise CollsynthError(f"--baseline {baseline_path}: no such file; give an existing baseline JSON, or add "
+                             "--update-baseline to create it from this run")
     baseline = load_baseline(path)
     plan = load_plan(suite_path) if suite_path is not None else load_suite(quick)
     result = run(plan, baseline, tolerance=tolerance, jobs=jobs, db_path=db_path)

@@ -6,7 +6,9 @@ import sys
 
 import click
 
+from collsynth.cli.params import SEED, CappedInt
 from collsynth.collectives.spec import resolve_collective
+from collsynth.core.caps import BUFFER_BYTES
 from collsynth.core.units import parse_size
 from collsynth.emit.msccl_xml import read_xml
 from collsynth.runtime import BACKENDS, execute
@@ -27,8 +29,8 @@ _OP_METAVAR = "[" + "|".join(REDUCTION_OPS) + "]"
 @click.option("--op", "reduce_op", default="sum", show_default=True, metavar=_OP_METAVAR,
               help="Reduction operator (NCCL's redop: the XML does not carry it).")
 @click.option("--backend", type=click.Choice(BACKENDS), default="cpu", show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
-@click.option("--root", type=int, default=None, help="Root rank of a rooted collective (default: inferred).")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the random inputs (0 .. 2**32-1).")
+@click.option("--root", type=CappedInt(0), default=None, help="Root rank of a rooted collective (default: inferred).")
 @click.option("--collective", "collective_spec", default=None,
               help="Postcondition to check: a collective name or a JSON file (default: the XML's coll).")
 def run(xml_file: str, size: str, dtype: str, reduce_op: str, backend: str, seed: int, root: int | None,
@@ -48,7 +50,9 @@ def run(xml_file: str, size: str, dtype: str, reduce_op: str, backend: str, seed
     ir = read_xml(xml_file)
     given = resolve_collective(collective_spec, ir.ngpus, root=root) if collective_spec is not None else None
     collective = collective_for(ir, given, root)
-    result = execute(ir, backend=backend, nbytes=parse_size(size), dtype=dtype, seed=seed, collective=collective,
+    nbytes = parse_size(size)
+    BUFFER_BYTES.check(nbytes * ir.ngpus, f"--size {size} on {ir.ngpus} ranks (bytes of all input buffers)")
+    result = execute(ir, backend=backend, nbytes=nbytes, dtype=dtype, seed=seed, collective=collective,
                      op=reduce_op)
     click.echo(str(result))
     if not result.passed:

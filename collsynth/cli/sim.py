@@ -48,7 +48,7 @@ def sim(files: tuple[Path, ...], topology_spec: str, sizes: str, dtype: str, plo
         as_json: bool, tile: str | None) -> None:
     """Time MSCCL-IR XML FILES on a topology with the alpha-beta model (links and switches serialize
     the transfers that share them) and print nccl-tests columns: size, count, type, time, algbw, busbw."""
-    from collsynth.emit.msccl_xml import read_xml
+    from collsynth.cli.ir_input import read_runnable_ir
     from collsynth.topologies import resolve_topology
 
     dtype_info(dtype)  # an unknown type fails before any file is read
@@ -57,7 +57,7 @@ def sim(files: tuple[Path, ...], topology_spec: str, sizes: str, dtype: str, plo
     model = SimModel(tile_bytes=parse_size(tile) if tile is not None else None)
     results: list[SimResult] = []
     for path in files:
-        ir = read_xml(path)
+        ir = read_runnable_ir(path)
         results.append(simulate(ir, topology, size_list, dtype=dtype, model=model))
     if plot_path is not None:
         from collsynth.sim.plot import plot_busbw

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from collsynth.cli.params import CHUNKS_OPTION, ROUNDS_OPTION, SECONDS, STEPS_OPTION
 from collsynth.collectives import Collective, display_name, resolve_collective
 from collsynth.core.errors import CollsynthError
 from collsynth.core.files import write_atomic
@@ -48,7 +49,7 @@ def synth() -> None:
 
 
 def _common(function: Any) -> Any:
-    function = click.option("--time-limit", type=float, default=60.0, show_default=True,
+    function = click.option("--time-limit", type=SECONDS, default=60.0, show_default=True,
                             help="Seconds per solver call; a time-out is reported as such, never as unsat.")(function)
     function = click.option("--root", type=int, default=None, help="Root rank of rooted collectives (default 0).")(
         function)
@@ -90,9 +91,10 @@ def _report_instance(result: Any, output: str | None, as_json: bool, what: str) 
 
 @synth.command("instance", epilog=f"{_TOPO_HELP} {_COLL_HELP} Exit code 1 when no algorithm was found.")
 @_common
-@click.option("--chunks", "-c", type=int, required=True, help="Chunks per buffer slot (C).")
-@click.option("--steps", "-s", type=int, required=True, help="Steps (S).")
-@click.option("--rounds", "-r", type=int, default=None, help="At most this many rounds (R); default: the fewest.")
+@click.option("--chunks", "-c", type=CHUNKS_OPTION, required=True, help="Chunks per buffer slot (C).")
+@click.option("--steps", "-s", type=STEPS_OPTION, required=True, help="Steps (S).")
+@click.option("--rounds", "-r", type=ROUNDS_OPTION, default=None,
+              help="At most this many rounds (R); default: the fewest.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the algorithm JSON here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def instance(topology: str, collective: str, root: int | None, time_limit: float, chunks: int, steps: int,
@@ -110,9 +112,10 @@ def instance(topology: str, collective: str, root: int | None, time_limit: float
 
 @synth.command("least-steps", epilog=f"{_TOPO_HELP} {_COLL_HELP} Exit code 1 when no algorithm was found.")
 @_common
-@click.option("--chunks", "-c", type=int, default=1, show_default=True, help="Chunks per buffer slot (C).")
-@click.option("--rounds", "-r", type=int, default=None, help="At most this many rounds; default: any.")
-@click.option("--max-steps", type=int, default=None, help="Give up above this many steps (default: bound + ranks).")
+@click.option("--chunks", "-c", type=CHUNKS_OPTION, default=1, show_default=True, help="Chunks per buffer slot (C).")
+@click.option("--rounds", "-r", type=ROUNDS_OPTION, default=None, help="At most this many rounds; default: any.")
+@click.option("--max-steps", type=STEPS_OPTION, default=None,
+              help="Give up above this many steps (default: bound + ranks).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the algorithm JSON here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def least_steps_command(topology: str, collective: str, root: int | None, time_limit: float, chunks: int,
@@ -130,10 +133,11 @@ def least_steps_command(topology: str, collective: str, root: int | None, time_l
 
 @synth.command("pareto", epilog=f"{_TOPO_HELP} {_COLL_HELP}")
 @_common
-@click.option("--max-chunks", type=int, default=8, show_default=True,
+@click.option("--max-chunks", type=CHUNKS_OPTION, default=8, show_default=True,
               help="Stop at this many chunks if the bandwidth lower bound is not met before.")
 @click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Chunk counts solved in parallel processes.")
-@click.option("--max-steps", type=int, default=None, help="Steps cap while no point is known (default: bound + ranks).")
+@click.option("--max-steps", type=STEPS_OPTION, default=None,
+              help="Steps cap while no point is known (default: bound + ranks).")
 @click.option("--report", "report_dir", type=click.Path(file_okay=False), default=None,
               help="Write frontier.json, the algorithms, report.md and frontier.png to this directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the frontier as JSON on stdout (no progress bar).")

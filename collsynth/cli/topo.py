@@ -133,7 +133,17 @@ def _ranges(ranks: list[int]) -> str:
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="picture to write: .png, .svg or .pdf")
 def draw_command(name: str, output: str) -> None:
+    from collsynth.core.caps import DRAW_RANKS
+    from collsynth.topologies.library import parse_builtin
+    from collsynth.topologies.model import TopologyError
+
+    try:  # a built-in's size is known before it is built (fully_connected:2000 would take a while)
+        spec, params = parse_builtin(name)
+        DRAW_RANKS.check(spec.ranks(*params), f"topo draw {name}")
+    except TopologyError:
+        pass  # not a one-node built-in name: resolve_topology says what it is
     topology = resolve_topology(name)
+    DRAW_RANKS.check(topology.num_ranks, f"topo draw {name}")
     path = draw_topology(topology, output)
     click.echo(f"wrote {path} ({topology.name}: {topology.num_ranks} ranks, {len(topology.links)} links)")
 

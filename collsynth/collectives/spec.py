@@ -27,12 +27,15 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from collsynth.core.errors import CollsynthError
 from collsynth.core.files import read_json_file
+
+if TYPE_CHECKING:
+    from collsynth.collectives.schema import CollectiveSchema
 
 
 class CollectiveError(CollsynthError):
@@ -164,34 +167,29 @@ class Collective:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Collective:
-        """A collective from JSON: standard ones by name, user-defined ones from their placements."""
-        try:
-            name = canonical_name(str(data["name"]))
-            if name in STANDARD and "inputs" not in data:
-                return make_collective(name, int(data["num_ranks"]), int(data.get("chunks", 1)),
-                                       root=data.get("root"), inplace=bool(data.get("inplace", False)))
-            if name in STANDARD:
-                # A full to_dict() of a standard collective: rebuild it as standard (keeps its root) when
-                # the placements are the standard ones.
-                standard = _standard_if_same(name, data)
-                if standard is not None:
-                    return standard
-            return custom_collective(
-                name=str(data["name"]), num_ranks=int(data["num_ranks"]),
-                inputs=[tuple(int(v) for v in x) for x in data["inputs"]],
-                outputs=[tuple(int(v) for v in x) for x in data["outputs"]],
-                combining=bool(data.get("combining", False)), chunks=int(data.get("chunks", 1)),
-                input_chunks=data.get("input_chunks"), output_chunks=data.get("output_chunks"),
-                inplace=bool(data.get("inplace", False)),
-            )
-        except KeyError as exc:
-            field_name = exc.args[0]
-            raise CollectiveError(f"collective JSON is missing the field {field_name!r}; see docs/formats.md") from None
-        except (TypeError, ValueError) as exc:
-            if isinstance(exc, CollectiveError):
-                raise
-            raise CollectiveError(f"collective JSON has a malformed field ({exc}); see docs/formats.md") from None
+    def from_dict(cls, data: Mapping[str, Any], label: str = "collective") -> Collective:
+        """A collective from JSON: standard ones by name, user-defined ones from their placements; validated
+        against the declared schema (collectives/schema.py) first."""
+        from collsynth.collectives.schema import check_collective_dict
+
+        doc = check_collective_dict(data, label, CollectiveError)
+        name = canonical_name(doc.name)
+        if name in STANDARD and doc.inputs is None:
+            return make_collective(name, doc.num_ranks, doc.chunks, root=doc.root, inplace=doc.inplace)
+        if doc.inputs is None or doc.outputs is None:
+            raise CollectiveError(f"{label}: {doc.name!r} is not a standard collective; give its 'inputs' and "
+                                  "'outputs' placements ([chunk, rank, index] lists)")
+        if name in STANDARD:
+            # A full to_dict() of a standard collective: rebuild it as standard (keeps its root) when the
+            # placements are the standard ones.
+            standard = _standard_if_same(name, doc)
+            if standard is not None:
+                return standard
+        return custom_collective(
+            name=doc.name, num_ranks=doc.num_ranks, inputs=[tuple(x) for x in doc.inputs],
+            outputs=[tuple(x) for x in doc.outputs], combining=doc.combining, chunks=doc.chunks,
+            input_chunks=doc.input_chunks, output_chunks=doc.output_chunks, inplace=doc.inplace,
+        )
 
     def __str__(self) -> str:
         root = f", root={self.root}" if self.root is not None else ""
@@ -317,17 +315,15 @@ def custom_collective(name: str, num_ranks: int, inputs: Sequence[Sequence[int]]
                       inplace)
 
 
-def _standard_if_same(name: str, data: Mapping[str, Any]) -> Collective | None:
-    """The standard collective `name` described by `data`, if `data`'s placements are exactly its layout."""
+def _standard_if_same(name: str, doc: CollectiveSchema) -> Collective | None:
+    """The standard collective `name` described by `doc`, if `doc`'s placements are exactly its layout."""
     try:
-        standard = make_collective(name, int(data["num_ranks"]), int(data.get("chunks", 1)), root=data.get("root"),
-                                   inplace=bool(data.get("inplace", False)))
+        standard = make_collective(name, doc.num_ranks, doc.chunks, root=doc.root, inplace=doc.inplace)
     except CollectiveError:
         return None
-    ins = sorted(tuple(int(v) for v in x) for x in data["inputs"])
-    outs = sorted(tuple(int(v) for v in x) for x in data["outputs"])
-    if (ins == sorted(standard.inputs) and outs == sorted(standard.outputs)
-            and bool(data.get("combining", False)) == standard.combining):
+    ins = sorted(tuple(x) for x in doc.inputs or ())
+    outs = sorted(tuple(x) for x in doc.outputs or ())
+    if ins == sorted(standard.inputs) and outs == sorted(standard.outputs) and doc.combining == standard.combining:
         return standard
     return None
 
@@ -336,12 +332,15 @@ def load_collective(path: str | Path) -> Collective:
     data = read_json_file(path, CollectiveError, "the collective")
     if not isinstance(data, dict):
         raise CollectiveError(f"{path}: a collective JSON file holds one object; see docs/formats.md")
-    return Collective.from_dict(data)
+    try:
+        return Collective.from_dict(data, label=str(path))
+    except CollectiveError as exc:  # the schema's messages start with the path; the builders' checks do not
+        raise CollectiveError(exc.args[0] if str(exc).startswith(str(path)) else f"{path}: {exc}") from None
 
 
 def resolve_collective(spec: str, num_ranks: int, chunks: int = 1, *, root: int | None = None) -> Collective:
     """A standard collective by forgiving name, or a path to a user-defined collective's JSON file."""
-    if spec.endswith(".json") or Path(spec).is_file():
+    if spec.endswith(".json") or (Path(spec).exists() and not Path(spec).is_dir()):
         coll = load_collective(spec)
         if coll.num_ranks != num_ranks:
             raise CollectiveError(f"{spec}: defined for {coll.num_ranks} ranks but the topology has {num_ranks}")

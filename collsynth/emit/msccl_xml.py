@@ -63,7 +63,7 @@ from lxml import etree
 from collsynth.core.errors import CollsynthError
 from collsynth.core.files import write_atomic
 from collsynth.ir import Algo, Gpu, Step, Threadblock
-from collsynth.ir.validate import validate
+from collsynth.ir.validate import IRError, validate
 
 ALGO_ATTRS = ("name", "proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace", "outofplace", "minBytes",
               "maxBytes")
@@ -121,25 +121,27 @@ def _set(elem: etree._Element, names: tuple[str, ...], values: tuple[object, ...
 def read_xml(source: str | os.PathLike[str]) -> Algo:
     """An IR from an MSCCL-IR XML file path or XML text; validated (raises XMLFormatError or IRError)."""
     label, data = _load(source)
-    parser = etree.XMLParser(remove_comments=True, remove_pis=True, resolve_entities=False, no_network=True,
-                             huge_tree=True)
+    parser = etree.XMLParser(remove_comments=True, remove_pis=True, resolve_entities=False, no_network=True)
     try:
         root = etree.fromstring(data, parser)
     except etree.XMLSyntaxError as exc:
         raise XMLFormatError(f"{label}: not well-formed XML at line {exc.lineno}: {exc.msg}") from None
+    except ValueError as exc:  # lxml refuses some inputs (e.g. NUL bytes, unknown encodings) this way
+        raise XMLFormatError(f"{label}: not well-formed XML ({exc})") from None
     ir = _algo(label, root)
-    validate(ir)
+    try:
+        validate(ir)
+    except IRError as exc:
+        raise IRError(f"{label}: {exc}") from None
     return ir
 
 
 def _load(source: str | os.PathLike[str]) -> tuple[str, bytes]:
     if isinstance(source, str) and source.lstrip().startswith("<"):
         return "<xml text>", source.encode("utf-8")
-    path = Path(source)
-    try:
-        return str(path), path.read_bytes()
-    except OSError as exc:
-        raise XMLFormatError(f"{path}: cannot read ({exc.strerror})") from None
+    from collsynth.core.files import read_bytes
+
+    return str(source), read_bytes(source, XMLFormatError, "the MSCCL-IR XML")
 
 
 def _algo(label: str, root: etree._Element) -> Algo:
@@ -215,10 +217,11 @@ class _Attrs:
             if default is None:
                 raise XMLFormatError(f"{self._where(name)} is missing")
             return default
-        try:
-            return int(value.strip())
-        except ValueError:
-            raise XMLFormatError(f"{self._where(name)} is {value!r}, not an integer") from None
+        text = value.strip()
+        digits = text[1:] if text.startswith("-") else text
+        if not (digits.isascii() and digits.isdigit()) or len(digits) > 18:
+            raise XMLFormatError(f"{self._where(name)} is {value[:20]!r}, not an integer (decimal digits, at most 18)")
+        return int(text)
 
     def flag(self, name: str, default: bool | None = None) -> bool:
         value = self.integer(name, None if default is None else int(default))

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from collsynth.core.caps import CHUNKS_PER_RANK, RANKS
 from collsynth.core.errors import CollsynthError
 from collsynth.core.files import read_json_file
 from collsynth.topologies import Topology
@@ -73,6 +74,8 @@ class Sketch:
             raise SketchError(f"sketch field 'nodes': must be >= 1, got {self.num_nodes}")
         if self.chunkup < 1:
             raise SketchError(f"sketch field 'chunkup': must be >= 1, got {self.chunkup}")
+        CHUNKS_PER_RANK.check(self.chunkup, "sketch field 'chunkup'", SketchError)
+        RANKS.check(self.num_nodes, "sketch field 'nodes'", SketchError)
         if self.intra_strategy not in INTRA_STRATEGIES:
             raise SketchError(f"sketch field 'intra_node.strategy': unknown strategy {self.intra_strategy!r}; "
                               f"use one of {', '.join(INTRA_STRATEGIES)}")

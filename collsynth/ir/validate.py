@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from collsynth.core.caps import CHUNKS, RANKS
 from collsynth.core.errors import CollsynthError
 from collsynth.core.steps import LOCAL_DST_TYPES, LOCAL_SRC_TYPES
 from collsynth.ir import (
@@ -57,6 +58,7 @@ def validate(ir: Algo) -> Algo:
     return ir
 
 
+
 def _check_algo(ir: Algo) -> None:
     if not ir.name or len(ir.name) > MAX_STR_LEN or _BAD_NAME_CHARS & set(ir.name):
         raise IRError(f"algo name {ir.name!r}: must be 1..{MAX_STR_LEN} characters without quotes, <, >, &, "
@@ -73,6 +75,8 @@ def _check_algo(ir: Algo) -> None:
                       f"{MAX_CHANNELS})")
     if ir.nchunksperloop < 1:
         raise IRError(f"algo nchunksperloop={ir.nchunksperloop} must be >= 1")
+    CHUNKS.check(ir.nchunksperloop, "algo nchunksperloop", IRError)
+    RANKS.check(ir.ngpus, "algo ngpus", IRError)
     if ir.ngpus < 1 or ir.ngpus != len(ir.gpus):
         raise IRError(f"algo ngpus={ir.ngpus} but the IR has {len(ir.gpus)} gpu elements; they must agree")
     if ir.min_bytes < 0 or ir.max_bytes < 0:
@@ -88,6 +92,7 @@ def _check_gpu(ir: Algo, position: int, gpu: Gpu) -> None:
     for label, value in (("i_chunks", gpu.i_chunks), ("o_chunks", gpu.o_chunks), ("s_chunks", gpu.s_chunks)):
         if value < 0:
             raise IRError(f"{where}: {label}={value} must be >= 0")
+        CHUNKS.check(value, f"{where}: {label}", IRError)
     nodes = 1 + ir.ngpus + len(gpu.tbs) + sum(len(tb.steps) for tb in gpu.tbs)
     if nodes > MAX_XML_NODES:
         raise IRError(f"{where}: the loader reads {nodes} XML elements for this rank but its table holds "

@@ -96,37 +96,43 @@ class Algorithm:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Algorithm:
-        try:
-            steps = tuple(
-                Step(int(step["rounds"]), tuple(_send_from_list(x) for x in step["sends"]))
-                for step in data["steps"]
-            )
-            return cls(str(data["name"]), Topology.from_dict(data["topology"]),
-                       Collective.from_dict(data["collective"]), steps, dict(data.get("provenance", {})))
-        except KeyError as exc:
-            raise AlgorithmError(f"algorithm JSON is missing the field {exc.args[0]!r}") from None
-        except (TypeError, IndexError) as exc:
-            raise AlgorithmError(f"algorithm JSON is malformed ({exc})") from None
+    def from_dict(cls, data: Mapping[str, Any], label: str = "algorithm") -> Algorithm:
+        """An algorithm from its JSON document, validated against the declared schema (schedule/schema.py);
+        every send's chunk and ranks must exist in its collective and topology."""
+        from collsynth.schedule.schema import check_algorithm_dict
+
+        doc = check_algorithm_dict(data, label, AlgorithmError)
+        topology = Topology.from_dict(doc.topology, label=f"{label}: topology")
+        collective = Collective.from_dict(doc.collective, label=f"{label}: collective")
+        steps = []
+        for t, step in enumerate(doc.steps):
+            sends = []
+            for i, x in enumerate(step.sends):
+                if x.chunk >= collective.num_chunks or max(x.src, x.dst) >= topology.num_ranks:
+                    raise AlgorithmError(f"{label}: steps[{t}].sends[{i}]: chunk {x.chunk} from {x.src} to {x.dst} "
+                                         f"is outside the {collective.num_chunks} chunks / {topology.num_ranks} ranks")
+                sends.append(Send(x.chunk, x.src, x.dst, x.op, x.start_us, x.duration_us))
+            steps.append(Step(step.rounds, tuple(sends)))
+        return cls(doc.name, topology, collective, tuple(steps), dict(doc.provenance))
 
     def to_json(self, indent: int | None = 1) -> str:
         return json.dumps(self.to_dict(), indent=indent)
 
     @classmethod
-    def from_json(cls, text: str) -> Algorithm:
-        try:
-            return cls.from_dict(json.loads(text))
-        except json.JSONDecodeError as exc:
-            raise AlgorithmError(f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    def from_json(cls, text: str, label: str = "algorithm") -> Algorithm:
+        from collsynth.core.files import parse_json
+
+        return cls.from_dict(parse_json(text, label, AlgorithmError), label)
 
     @classmethod
     def load(cls, path: str | Path) -> Algorithm:
+        from collsynth.core.files import read_text
+
+        text = read_text(path, AlgorithmError, "the algorithm")
         try:
-            return cls.from_json(Path(path).read_text())
-        except OSError as exc:
-            raise AlgorithmError(f"{path}: cannot read ({exc.strerror})") from None
-        except AlgorithmError as exc:
-            raise AlgorithmError(f"{path}: {exc}") from None
+            return cls.from_json(text, str(path))
+        except CollsynthError as exc:  # the schema's messages start with the path; the models' checks do not
+            raise type(exc)(exc.args[0] if str(exc).startswith(str(path)) else f"{path}: {exc}") from None
 
     def __str__(self) -> str:
         lines = [f"algorithm {self.name!r}: {self.collective} on {self.topology.name}, "
@@ -141,12 +147,3 @@ def _send_to_list(send: Send) -> list[Any]:
     if send.start_us is not None:
         row += [send.start_us, send.duration_us]
     return row
-
-
-def _send_from_list(row: list[Any]) -> Send:
-    op = str(row[3]) if len(row) > 3 else COPY
-    if op not in (COPY, REDUCE):
-        raise AlgorithmError(f"send {row}: op must be 'copy' or 'reduce'")
-    start = float(row[4]) if len(row) > 4 and row[4] is not None else None
-    duration = float(row[5]) if len(row) > 5 and row[5] is not None else None
-    return Send(int(row[0]), int(row[1]), int(row[2]), op, start, duration)

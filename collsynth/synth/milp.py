@@ -681,6 +681,7 @@ def write_report(result: MilpResult, directory: str | os.PathLike[str]) -> list[
             md += ["", f"### {s.name}: rows per constraint family", ""]
             md += [f"- {fam}: {count}" for fam, count in s.size.families]
     md += ["", "## Timeline", "", "![timeline](timeline.png)", "", "```", text, "```", ""]
+    written.append(plot_timeline(result.algorithm, out / "timeline.png"))  # before report.md, which links it
     written.append(write_atomic(out / "report.md", "\n".join(md)))
     written.append(write_atomic(out / "timeline.txt", text + "\n"))
     written.append(write_atomic(out / "algorithm.json", result.algorithm.to_json()))
@@ -689,7 +690,6 @@ def write_report(result: MilpResult, directory: str | os.PathLike[str]) -> list[
               "solver": result.solver, "size_bytes": result.size_bytes, "chunk_bytes": result.chunk_bytes,
               "stages": [s.to_dict() for s in result.stages]}
     written.append(write_atomic(out / "report.json", json.dumps(report, indent=1)))
-    written.append(plot_timeline(result.algorithm, out / "timeline.png"))
     return written
 
 

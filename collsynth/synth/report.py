@@ -71,8 +71,9 @@ def write_report(result: ParetoResult, directory: str | os.PathLike[str]) -> lis
     """Everything: frontier.json, algorithms/*.json, report.md and frontier.png."""
     out = Path(directory)
     written = write_progress(result, out)
-    written.append(write_atomic(out / "report.md", markdown_report(result)))
+    # the picture first: report.md links it, so an interrupt between the two never leaves a dangling link
     written.append(plot_frontier(result, out / "frontier.png"))
+    written.append(write_atomic(out / "report.md", markdown_report(result)))
     return written
 
 

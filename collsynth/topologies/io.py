@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from collsynth.core.caps import LINKS, RANKS
 from collsynth.core.files import read_json_file, write_atomic
 from collsynth.topologies.library import IB_EDR, builtin, multi_node
 from collsynth.topologies.model import Topology, TopologyError
@@ -26,7 +27,7 @@ def _is_taccl_profile(data: dict[str, Any]) -> bool:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         raise TopologyError(f"{path}: no such file; give a built-in name (collsynth topo list) or an existing "
                             "JSON file")
     data = read_json_file(path, TopologyError, "the topology")
@@ -42,6 +43,12 @@ def _from_taccl(data: dict[str, Any], path: Path, num_nodes: int | None) -> Topo
     except ImportError as exc:
         raise TopologyError(f"{path}: looks like a TACCL profile but the TACCL importer is unavailable "
                             f"({exc})") from None
+    from collsynth.topologies.schema import check_taccl_dict
+
+    profile = check_taccl_dict(data, str(path), TopologyError)
+    total = profile.gpus_per_node * (num_nodes if num_nodes is not None else profile.nnodes or 1)
+    RANKS.check(total, f"{path}: ranks of the multi-node topology", TopologyError)
+    LINKS.check(total * (total - 1), f"{path}: links of the multi-node topology (every GPU to every remote GPU)")
     name = str(data.get("name") or path.stem)
     try:
         if num_nodes is None:
@@ -65,9 +72,9 @@ def load_topology(path: str | os.PathLike[str], *, num_nodes: int | None = None)
         raise TopologyError(f"{path}: missing field {missing[0]!r}; a topology file needs num_ranks and links "
                             "(or is a TACCL profile with gpus_per_node, alpha, node_betas_list); see docs/formats.md")
     try:
-        topo = Topology.from_dict(data)
-    except TopologyError as exc:
-        raise TopologyError(f"{path}: {exc}") from None
+        topo = Topology.from_dict(data, label=str(path))
+    except TopologyError as exc:  # the schema's messages start with the path; the model's checks do not
+        raise TopologyError(exc.args[0] if str(exc).startswith(str(path)) else f"{path}: {exc}") from None
     if num_nodes is not None:
         topo = multi_node(topo, num_nodes, IB_EDR)
     return topo
@@ -89,7 +96,7 @@ def resolve_topology(spec: str) -> Topology:
     text = spec.strip()
     if not text:
         raise TopologyError("empty topology name; give a built-in (collsynth topo list) or a JSON file")
-    if Path(text).is_file():
+    if Path(text).exists() and not Path(text).is_dir():  # a file, or a special file the reader refuses
         return load_topology(text)
     multi = _MULTI_NODE_FILE.fullmatch(text)
     if multi and Path(multi.group(2)).is_file():

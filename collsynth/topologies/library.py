@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from itertools import product
 from types import MappingProxyType
 
+from collsynth.core.caps import LINKS
 from collsynth.topologies.model import Link, Switch, Topology, TopologyError, links_from_matrix
 
 # --- link classes --------------------------------------------------------------------------------
@@ -114,6 +115,7 @@ def line(num_ranks: int) -> Topology:
 def fully_connected(num_ranks: int) -> Topology:
     """A direct link between every ordered pair of ranks."""
     _at_least(num_ranks, 2, "fully_connected")
+    LINKS.check(num_ranks * (num_ranks - 1), f"fully_connected:{num_ranks}", TopologyError)
     links = tuple(NVLINK_V100.link(s, d) for s in range(num_ranks) for d in range(num_ranks) if s != d)
     return Topology(f"fully_connected:{num_ranks}", num_ranks, links,
                     description=f"a direct link between every pair of {num_ranks} ranks")
@@ -156,6 +158,7 @@ def hub_and_spoke(num_ranks: int) -> Topology:
     """Every rank on one central switch: direct links for every pair, but each rank's outgoing links share
     one budget of one chunk per round, and so do its incoming links."""
     _at_least(num_ranks, 2, "hub_and_spoke")
+    LINKS.check(num_ranks * (num_ranks - 1), f"hub_and_spoke:{num_ranks}", TopologyError)
     return _switched_node(f"hub_and_spoke:{num_ranks}", num_ranks, NVLINK_V100, (),
                           f"{num_ranks} ranks on one switch, one chunk per round in and out of each")
 
@@ -328,6 +331,7 @@ def multi_node(node: Topology, copies: int, network: LinkClass = IB_EDR, *, name
     total = copies * g
     if total > MAX_BUILTIN_RANKS:
         raise TopologyError(f"{copies}x{node.name} has {total} ranks; the limit is {MAX_BUILTIN_RANKS}")
+    LINKS.check(total * (total - g), f"{copies}x{node.name} (every GPU to every remote GPU)", TopologyError)
     node_nics = node.nics or tuple((r,) for r in range(g))
     links: list[Link] = []
     switches: list[Switch] = []

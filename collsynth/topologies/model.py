@@ -166,35 +166,25 @@ class Topology:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Topology:
-        try:
-            links = tuple(
-                Link(int(x["src"]), int(x["dst"]), int(x.get("bandwidth", 1)),
-                     float(x.get("alpha_us", NVLINK_ALPHA_US)), float(x.get("beta_us_per_mb", NVLINK_BETA_US_PER_MB)),
-                     str(x.get("kind", "nvlink")))
-                for x in data["links"]
-            )
-            switches = tuple(
-                Switch(str(s["name"]), frozenset((int(a), int(b)) for a, b in s["links"]), int(s.get("bandwidth", 1)),
-                       float(s.get("beta_us_per_mb", NVLINK_BETA_US_PER_MB)))
-                for s in data.get("switches", [])
-            )
-            nodes = data.get("nodes")
-            return cls(
-                name=str(data.get("name", "custom")),
-                num_ranks=int(data["num_ranks"]),
-                links=links,
-                switches=switches,
-                nodes=tuple(int(x) for x in nodes) if nodes is not None else None,
-                nics=tuple(tuple(int(r) for r in nic) for nic in data.get("nics", [])),
-                description=str(data.get("description", "")),
-            )
-        except KeyError as exc:
-            raise TopologyError(f"topology JSON is missing the field {exc.args[0]!r}; see docs/formats.md") from None
-        except (TypeError, ValueError) as exc:
-            if isinstance(exc, TopologyError):
-                raise
-            raise TopologyError(f"topology JSON has a malformed field ({exc}); see docs/formats.md") from None
+    def from_dict(cls, data: Mapping[str, Any], label: str = "topology") -> Topology:
+        """A topology from its JSON document, validated against the declared schema (topologies/schema.py):
+        exact types, finite non-negative costs, no unknown keys, ranks and links within the caps."""
+        from collsynth.topologies.schema import check_topology_dict
+
+        doc = check_topology_dict(data, label, TopologyError)
+        links = tuple(
+            Link(x.src, x.dst, x.bandwidth, NVLINK_ALPHA_US if x.alpha_us is None else x.alpha_us,
+                 NVLINK_BETA_US_PER_MB if x.beta_us_per_mb is None else x.beta_us_per_mb, x.kind)
+            for x in doc.links
+        )
+        switches = tuple(
+            Switch(s.name, frozenset((a, b) for a, b in s.links), s.bandwidth,
+                   NVLINK_BETA_US_PER_MB if s.beta_us_per_mb is None else s.beta_us_per_mb)
+            for s in doc.switches
+        )
+        return cls(name=doc.name, num_ranks=doc.num_ranks, links=links, switches=switches,
+                   nodes=tuple(doc.nodes) if doc.nodes is not None else None,
+                   nics=tuple(tuple(nic) for nic in doc.nics), description=doc.description)
 
     def fingerprint(self) -> str:
         """A stable hash of everything that affects algorithms (not the name or description)."""

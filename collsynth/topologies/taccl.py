@@ -23,6 +23,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from collsynth.core.caps import RANKS
 from collsynth.topologies.library import DGX1_NVLINKS
 from collsynth.topologies.model import Link, Switch, Topology, TopologyError
 
@@ -82,6 +83,12 @@ def load_taccl_profile(data: dict, *, name: str, num_nodes: int | None = None, t
         missing = [k for k in _PROFILE_KEYS if k not in data]
         raise TopologyError(f"TACCL profile {name!r}: missing field(s) {missing}; a TACCL profile needs "
                             "gpus_per_node, alpha, node_betas_list (or links/betas matrices)")
+    from collsynth.topologies.schema import check_taccl_dict
+
+    check_taccl_dict(data, f"TACCL profile {name!r}", TopologyError)  # exact types, finite numbers, known keys
+    if num_nodes is not None:
+        RANKS.check(num_nodes * data["gpus_per_node"], f"TACCL profile {name!r}: ranks of {num_nodes} nodes",
+                    TopologyError)
     gpus = int(_number(data, "gpus_per_node", name))
     if gpus < 1 or gpus != _number(data, "gpus_per_node", name):
         raise TopologyError(f"TACCL profile {name!r}: 'gpus_per_node' must be a positive integer")

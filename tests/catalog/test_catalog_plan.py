@@ -106,6 +106,12 @@ def test_keys_are_stable_and_depend_on_what_decides_the_result(tmp_path: Path) -
      "unknown program 'warp'"),
     (MINIMAL.replace('collectives = ["allgather"]', 'collectives = 3'), "must be a list of strings"),
     ('dtype = "complex"\n' + MINIMAL, "dtype: unknown data type 'complex'"),
+    (MINIMAL + "[compile]\nprotocols = []\n", "compile.protocols is empty, so nothing would be built"),
+    (MINIMAL + "[compile]\ninstances = []\n", "'compile.instances' is empty"),
+    (MINIMAL + "[compile]\nprotocol = [\"LL\"]\n", "unknown key 'compile.protocol'; did you mean 'compile.protocols'?"),
+    (MINIMAL + "[limits]\ntime_limit_s = nan\n", "'limits.time_limit_s' must be a finite number"),
+    (MINIMAL + "[[synthesizers]]\nkind = \"instance\"\nchunks = 1\nsteps = 100000\n", "COLLSYNTH_MAX_STEPS"),
+    ("[a]\n" + "b = " + "[" * 5000 + "]" * 5000 + "\n" + MINIMAL, "not valid TOML"),
 ])
 def test_bad_plans_give_one_line_errors(tmp_path: Path, text: str, needle: str) -> None:
     path = write(tmp_path, text)
@@ -118,7 +124,7 @@ def test_bad_plans_give_one_line_errors(tmp_path: Path, text: str, needle: str) 
 
 
 def test_missing_plan_file(tmp_path: Path) -> None:
-    with pytest.raises(PlanError, match="cannot read the plan"):
+    with pytest.raises(PlanError, match="no such file; give the path of the plan"):
         load_plan(tmp_path / "absent.toml")
 
 

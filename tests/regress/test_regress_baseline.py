@@ -120,9 +120,8 @@ def test_cli_suite_update_baseline_then_detect_regression(tmp_path: Path, cli_ru
     baseline = tmp_path / "baseline.json"
     report = tmp_path / "report"
     args = ["regress", "--suite", str(suite), "--baseline", str(baseline)]
-    first = cli_runner.invoke(main, args)
-    assert first.exit_code == 0, first.output  # no baseline yet: entries are new, nothing regressed
-    assert "no baseline yet" in first.output
+    first = cli_runner.invoke(main, args)  # a --baseline that does not exist is a typo unless it is being created
+    assert first.exit_code == 2 and "no such file" in first.stderr and len(first.stderr.splitlines()) == 1
     updated = cli_runner.invoke(main, [*args, "--update-baseline"])
     assert updated.exit_code == 0 and "baseline updated" in updated.output
     stored = json.loads(baseline.read_text())

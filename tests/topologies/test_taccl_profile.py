@@ -114,7 +114,11 @@ def test_profile_detection():
 
 
 @pytest.mark.parametrize("change, words", [
-    ({"alpha": "fast"}, "'alpha' must be a number"),
+    ({"alpha": "fast"}, "alpha: input should be a valid number"),
+    ({"alpha": -1}, "alpha: input should be greater than or equal to 0"),
+    ({"gpus_per_node": 8.5}, "gpus_per_node: input should be a valid integer"),
+    ({"remote_betta": 1}, "remote_betta: unknown key; did you mean 'remote_beta'"),
+    ({"nnodes": 10**9}, "above the cap"),
     ({"node_betas_list": [23]}, "NDv2 profile needs"),
     ({"nics_per_node": 3}, "must divide"),
     ({"gpus_per_node": 0}, "gpus_per_node"),

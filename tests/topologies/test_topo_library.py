@@ -305,3 +305,12 @@ def test_nvswitch_port_budget_binds_in_verify():
     with pytest.raises(AlgorithmError, match="port_out_0"):
         verify(Algorithm("fan", topo, two_peers, (Step(1, fan_out),)))
     verify(Algorithm("fan", topo, two_peers, (Step(2, fan_out),)))
+
+
+@pytest.mark.parametrize("name", ["fully_connected:4096", "hub_and_spoke:2000", "512xndv2"])
+def test_dense_builtins_are_refused_before_building_millions_of_links(name):
+    from collsynth.topologies import builtin
+
+    with pytest.raises(TopologyError, match="links is above the cap of 1048576 links; raise it with "
+                                            "COLLSYNTH_MAX_LINKS"):
+        builtin(name)
