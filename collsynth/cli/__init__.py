@@ -27,7 +27,7 @@ _MODULES: dict[str, tuple[tuple[str, str], ...]] = {
     "lower": (("lower", "Lower a synthesized ALGORITHM (JSON) to a DSL program..."),),
     "compile": (("compile", "Compile a DSL program (MSCCLang-compatible) to MSCCL-IR XML."),),
     "algorithms": (("algorithms", "The hand-written algorithm library (ring, all-pairs,..."),),
-    "run": (("run", "Run XML_FILE on every rank and check the collective's..."),),
+    "run": (("run", "Run XML_FILE (MSCCL-IR; a .json file: an MSCCL++..."),),
     "sim": (("sim", "Time MSCCL-IR XML FILES on a topology with the alpha-beta..."),),
     "export": (("export", "Convert an MSCCL-IR XML file for other tools (Chakra..."),),
     "catalog": (("catalog", "Build, query and export a catalog of verified, simulated..."),),

@@ -62,8 +62,8 @@ def test_derived_sets_follow_the_msccl_meaning_of_each_step() -> None:
     assert StepType.RECV_REDUCE_SEND in REDUCING_TYPES and StepType.RECV_REDUCE_SEND not in LOCAL_DST_TYPES
     assert semantics("rrc").writes_dst and semantics("rrc").reduces and not semantics("rrc").sends
     assert semantics("nop").local and not semantics("nop").traffic
-    assert REDUCING_TYPES == {StepType.RECV_REDUCE_SEND, StepType.RECV_REDUCE_COPY,
-                              StepType.RECV_REDUCE_COPY_SEND, StepType.REDUCE}
+    assert {StepType.RECV_REDUCE_SEND, StepType.RECV_REDUCE_COPY,
+                              StepType.RECV_REDUCE_COPY_SEND, StepType.REDUCE} == REDUCING_TYPES
 
 
 def test_an_unknown_spelling_is_refused() -> None:
