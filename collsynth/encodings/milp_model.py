@@ -355,6 +355,11 @@ CBC_STOP_GRACE = 1.0
 CBC_KILL_GRACE = 5.0
 
 
+def stop_grace(solver: str) -> float:
+    """How long after its time limit the solver may still run (CBC's process is stopped, then killed)."""
+    return CBC_STOP_GRACE + CBC_KILL_GRACE if solver == "cbc" else 0.0
+
+
 @dataclass(frozen=True)
 class _CbcRun:
     log: str

@@ -11,22 +11,17 @@ from collsynth.collectives import make_collective
 from collsynth.encodings.milp_instance import build_instance
 from collsynth.encodings.milp_model import MilpModel
 from collsynth.encodings.milp_ordering import (
-    RULES,
     Orders,
     ScheduleError,
     ScheduleProblem,
     Transfer,
-    best_list_schedule,
     evaluate,
-    greedy_joins,
-    list_schedule,
 )
 from collsynth.encodings.sketch import Sketch, SwitchSketch
 from collsynth.encodings.taccl_milp import (
     Routes,
     build_routing_model,
     build_schedule_model,
-    heuristic_routes,
     joins_from_solution,
     routes_from_solution,
     routing_start,
@@ -35,6 +30,8 @@ from collsynth.encodings.taccl_milp import (
     set_makespan_objective,
     transfers_from_routes,
 )
+from collsynth.synth.milp.ordering import RULES, best_list_schedule, greedy_joins, list_schedule
+from collsynth.synth.milp.routing import heuristic_routes
 from collsynth.topologies import Link, Topology, fully_connected, ring
 from collsynth.topologies.taccl import load_taccl_profile
 
