@@ -12,7 +12,7 @@ Two models (plus the greedy ordering between them, `milp_ordering.py`):
    model shrinks by the order of the symmetry group. A switch sketch's few/many-connections wish is a
    second, lexicographic objective (distinct links, with T held at its optimum).
    The optimum is a lower bound on every schedule the sketch allows (no contention is modelled).
-2. Scheduling (`build_schedule_model`): exact start times for fixed routes and fixed orders on links
+2. Scheduling (`milp_schedule_model.build_schedule_model`): exact start times for fixed routes and fixed orders on links
    and budgets, and which consecutive inter-node transfers go together (binary g) to pay alpha once.
    Without inter-node links it is an LP. Its big-M is the makespan of the heuristic schedule (a valid
    upper bound on every start time), never a fixed 1e7.
@@ -20,16 +20,18 @@ Two models (plus the greedy ordering between them, `milp_ordering.py`):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
+from networkx.utils import UnionFind
 
 from collsynth.core.errors import CollsynthError
 from collsynth.encodings.milp_instance import Arc, RoutingInstance, shortest_times
-from collsynth.encodings.milp_model import INF, MilpModel, ModelSize
-from collsynth.encodings.milp_ordering import COPY, Orders, ScheduleProblem, Timing, Transfer, join_candidates
+from collsynth.encodings.milp_model import INF, MilpModel
+from collsynth.encodings.milp_ordering import COPY, ScheduleProblem, Transfer
 
 # release-time rows per link / budget (see _release_subsets)
 MAX_RELEASE_ROWS = 6
@@ -45,29 +47,21 @@ class Routes:
     trees: tuple[tuple[Arc, ...], ...]
 
 
-# --- union-find over symmetric items --------------------------------------------------------------
+# --- orbits of symmetric items -------------------------------------------------------------------
 
-def _find(parent: list[int], i: int) -> int:
-    while parent[i] != i:
-        parent[i] = parent[parent[i]]
-        i = parent[i]
-    return i
-
-
-def _orbits(items: list, image) -> list[int]:
-    """Representative index of each item's orbit under the maps `image(item) -> iterable of items`."""
+def _orbits(items: list[Any], image: Callable[[Any], Iterable[Any]]) -> list[int]:
+    """Representative (lowest) index of each item's orbit under the maps `image(item) -> iterable of items`."""
     index = {it: i for i, it in enumerate(items)}
-    parent = list(range(len(items)))
+    sets = UnionFind(range(len(items)))
     for i, it in enumerate(items):
         for other in image(it):
-            j = index[other]
-            a, b = _find(parent, i), _find(parent, j)
-            if a != b:
-                parent[max(a, b)] = min(a, b)
-    return [_find(parent, i) for i in range(len(items))]
-
-
-# --- heuristic routes -------------------------------------------------------------------------
+            sets.union(i, index[other])
+    representative = list(range(len(items)))
+    for members in sets.to_sets():
+        low = min(members)
+        for i in members:
+            representative[i] = low
+    return representative
 
 
 def check_routes(inst: RoutingInstance, routes: Routes) -> Routes:
@@ -463,153 +457,3 @@ def _tree_order(sources: tuple[int, ...], tree: tuple[Arc, ...]) -> list[Arc]:
             order.append((u, v))
             stack.append(v)
     return order
-
-
-# --- 3. scheduling / contiguity model ------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ScheduleModel:
-    model: MilpModel
-    start_col: tuple[int, ...]
-    join_col: Mapping[int, int]  # transfer -> binary "sent together with the one before it on its link"
-    makespan_col: int
-    acc_col: Mapping[int, int]  # transfer -> time its data has been pushed (inter-node candidates only)
-    arr_col: Mapping[int, int]  # transfer -> time its group arrives
-
-
-def build_schedule_model(problem: ScheduleProblem, orders: Orders, upper_bound: float) -> ScheduleModel:
-    """Exact times for fixed orders, and which inter-node transfers go together (module docstring, 2)."""
-    n = len(problem.transfers)
-    model = MilpModel("schedule")
-    big_m = upper_bound * (1.0 + 1e-6) + 1e-6
-    start = model.add_columns(n, lb=0.0, ub=big_m)
-    makespan = model.add_columns(1, lb=0.0, ub=big_m, cost=1.0)[0]
-    candidates = join_candidates(problem, orders)
-    join_col: dict[int, int] = {}
-    for _, nxt in candidates:
-        join_col[nxt] = model.add_binaries(1)[0]
-    # group-capable transfers get acc (data pushed) and arr (group arrives) columns
-    grouped = sorted({t for pair in candidates for t in pair})
-    acc: dict[int, int] = {}
-    arr: dict[int, int] = {}
-    for t in grouped:
-        acc[t] = model.add_columns(1, lb=0.0, ub=big_m)[0]
-        arr[t] = model.add_columns(1, lb=0.0, ub=big_m)[0]
-
-    def arrival(t: int) -> tuple[list[int], list[float], float]:
-        # arrival(t) as (cols, coefs, constant)
-        if t in arr:
-            return [arr[t]], [1.0], 0.0
-        return [start[t]], [1.0], problem.cost(t)
-
-    def end(t: int) -> tuple[list[int], list[float], float]:
-        if t in acc:
-            return [acc[t]], [1.0], 0.0
-        return [start[t]], [1.0], problem.cost(t)
-
-    _wait_for_inputs(model, problem, start, arrival)
-    _link_order(model, problem, orders, start, end, join_col, big_m)
-    _group_accumulates(model, problem, orders, start, acc, arr, join_col, big_m)
-    _max_together(model, problem, orders, join_col)
-    _budget_order(model, orders, start, end, join_col, big_m)
-    _schedule_makespan(model, problem, makespan, arrival)
-    return ScheduleModel(model, tuple(start), MappingProxyType(join_col), makespan, MappingProxyType(acc),
-                         MappingProxyType(arr))
-
-
-def _wait_for_inputs(model, problem: ScheduleProblem, start, arrival) -> None:
-    # start[t] >= arrival[d] for each dependency d of t
-    for t, tr in enumerate(problem.transfers):
-        for d in tr.deps:
-            cols, coefs, const = arrival(d)
-            model.add_row("wait_for_inputs", [start[t]] + cols, [1.0] + [-c for c in coefs], lo=const)
-
-
-def _link_order(model, problem: ScheduleProblem, orders: Orders, start, end, join_col, big_m: float) -> None:
-    # start[next] >= end[prev] - M g;  start[next] >= start[prev];  start[next] <= start[prev] + M (1 - g)
-    for seq in orders.links.values():
-        for prev, nxt in zip(seq, seq[1:], strict=False):
-            cols, coefs, const = end(prev)
-            g = join_col.get(nxt)
-            if g is None:
-                model.add_row("link_order", [start[nxt]] + cols, [1.0] + [-c for c in coefs], lo=const)
-                continue
-            model.add_row("link_order", [start[nxt]] + cols + [g], [1.0] + [-c for c in coefs] + [big_m], lo=const)
-            model.add_row("link_order_monotone", [start[nxt], start[prev]], [1.0, -1.0], lo=0.0)
-            model.add_row("together_start_together", [start[nxt], start[prev], g], [1.0, -1.0, big_m], hi=big_m)
-
-
-def _group_accumulates(model, problem: ScheduleProblem, orders: Orders, start, acc, arr, join_col, big_m) -> None:
-    # acc[t] >= start[t] + alpha + beta; acc[next] >= acc[prev] + beta; arr[t] >= acc[t];
-    # arr[prev] >= arr[next] - M (1 - g)   (a group arrives when its last chunk does)
-    for t, col in acc.items():
-        model.add_row("group_accumulates", [col, start[t]], [1.0, -1.0], lo=problem.cost(t))
-        model.add_row("group_arrives_together", [arr[t], col], [1.0, -1.0], lo=0.0)
-    for seq in orders.links.values():
-        for prev, nxt in zip(seq, seq[1:], strict=False):
-            g = join_col.get(nxt)
-            if g is None:
-                continue
-            beta = problem.beta[problem.transfers[nxt].arc]
-            model.add_row("group_accumulates", [acc[nxt], acc[prev]], [1.0, -1.0], lo=beta)
-            model.add_row("group_arrives_together", [arr[prev], arr[nxt], g], [1.0, -1.0, -big_m], lo=-big_m)
-
-
-def _max_together(model, problem: ScheduleProblem, orders: Orders, join_col) -> None:
-    # sum of K consecutive joins <= K - 1 (at most K chunks in one transfer)
-    k = problem.max_together
-    for seq in orders.links.values():
-        run = [join_col.get(t) for t in seq[1:]]
-        for i in range(len(run) - k + 1):
-            window = run[i:i + k]
-            if all(g is not None for g in window):
-                model.add_row("max_together", list(window), [1.0] * k, hi=k - 1)
-
-
-def _budget_order(model, orders: Orders, start, end, join_col, big_m: float) -> None:
-    # start[b] >= end[a] - M g  for consecutive (a, b) on a switch port / NIC (g: a and b go together)
-    for seq in orders.resources:
-        for prev, nxt in zip(seq, seq[1:], strict=False):
-            cols, coefs, const = end(prev)
-            g = join_col.get(nxt)
-            if g is not None:
-                model.add_row("budget_order", [start[nxt]] + cols + [g], [1.0] + [-c for c in coefs] + [big_m],
-                              lo=const)
-            else:
-                model.add_row("budget_order", [start[nxt]] + cols, [1.0] + [-c for c in coefs], lo=const)
-
-
-def _schedule_makespan(model, problem: ScheduleProblem, makespan: int, arrival) -> None:
-    # arrival[t] <= T
-    for t in range(len(problem.transfers)):
-        cols, coefs, const = arrival(t)
-        model.add_row("makespan", [makespan] + cols, [1.0] + [-c for c in coefs], lo=const)
-
-
-def schedule_start(problem: ScheduleProblem, sm: ScheduleModel, orders: Orders, timing: Timing) -> np.ndarray:
-    """The model point of an evaluated schedule (its joins must be among the model's candidates)."""
-    x = np.zeros(sm.model.num_columns)
-    for t, col in enumerate(sm.start_col):
-        x[col] = timing.start[t]
-    x[sm.makespan_col] = timing.makespan
-    for t, col in sm.join_col.items():
-        x[col] = 1.0 if t in orders.joins else 0.0
-    for seq in orders.links.values():
-        pushed = 0.0
-        for t in seq:
-            tr_beta = problem.beta[problem.transfers[t].arc]
-            # data pushed: a group's k-th chunk is out alpha + k * beta after the group starts
-            pushed = pushed + tr_beta if t in orders.joins else timing.start[t] + problem.cost(t)
-            if t in sm.acc_col:
-                x[sm.acc_col[t]] = pushed
-            if t in sm.arr_col:
-                x[sm.arr_col[t]] = timing.arrival[t]
-    return x
-
-
-def joins_from_solution(sm: ScheduleModel, values: np.ndarray) -> frozenset[int]:
-    return frozenset(t for t, col in sm.join_col.items() if values[col] > 0.5)
-
-
-def model_size(model: MilpModel) -> ModelSize:
-    return model.size()

@@ -17,15 +17,13 @@ from collsynth.encodings.milp_ordering import (
     Transfer,
     evaluate,
 )
+from collsynth.encodings.milp_schedule_model import build_schedule_model, joins_from_solution, schedule_start
 from collsynth.encodings.sketch import Sketch, SwitchSketch
 from collsynth.encodings.taccl_milp import (
     Routes,
     build_routing_model,
-    build_schedule_model,
-    joins_from_solution,
     routes_from_solution,
     routing_start,
-    schedule_start,
     set_connections_objective,
     set_makespan_objective,
     transfers_from_routes,

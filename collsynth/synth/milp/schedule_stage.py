@@ -14,7 +14,8 @@ import time
 from dataclasses import dataclass, replace
 
 from collsynth.encodings.milp_ordering import Orders, ScheduleError, ScheduleProblem, Timing, evaluate
-from collsynth.encodings.taccl_milp import Routes, build_schedule_model, joins_from_solution, schedule_start
+from collsynth.encodings.milp_schedule_model import build_schedule_model, joins_from_solution, schedule_start
+from collsynth.encodings.taccl_milp import Routes
 from collsynth.schedule.result import StageReport
 from collsynth.synth.milp.errors import MilpSynthesisError
 from collsynth.synth.milp.ordering import greedy_joins, relist_with_groups
