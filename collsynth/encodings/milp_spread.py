@@ -166,25 +166,20 @@ def solve_spread(sp: SpreadProblem, solver: str, *, upper: float, lower: float =
     return Spread(result.status, float(result.objective), trees, MappingProxyType(starts))
 
 
-def _spread_model(sp: SpreadProblem, upper: float, lower: float):
-    """Families (i, j chunks; a = (u, v) a link; x_ia: i crosses a; s_ia its start there; t_iv: i at v; T):
-    receive_once  sum_u x_i(u,v) = 1 for targets v, <= 1 otherwise
-    send_held     x_i(u,v) <= sum_w x_i(w,u)                        for u not i's entry
-    after_arrival s_ia >= t_iu - M (1 - x_ia)
-    arrive        t_iv >= s_ia + cost_a - M (1 - x_ia)
-    one_at_a_time s_jb >= s_ia + cost_a - M (3 - y - x_ia - x_jb), and the same the other way (a, b
-                  the same link or links of one budget, for two chunks or one chunk's two links of a
-                  budget, unless their time windows cannot overlap)
-    around_fixed  s_ia >= e - M (2 - z - x_ia), s_ia + cost_a <= b + M (1 + z - x_ia)  for each fixed
-                  interval [b, e) on a or its budgets that the window of s_ia overlaps
-    makespan      T >= t_iv for targets v; minimize T
-    interchangeable t_iv0 <= t_jv0 for i < j with the same entry, time, targets and links (v0: their first
-                  target; any schedule can swap such chunks' trees to meet it).
-    Time windows: t_iv >= ready_i + dist_i(v), s_ia in [ready_i + dist_i(u), upper - cost_a] (dist: the
-    shortest time from the entry over i's links); links that cannot end by `upper` get no column; each
-    big-M is the widest gap its row's windows allow."""
+@dataclass(frozen=True)
+class _Windows:
+    """When each chunk can use each link (time windows), and which pairs of placements may collide."""
+
+    dist: list[dict[int, float]]  # per chunk: shortest time from its entry over its links
+    usable: list[tuple[Arc, ...]]  # per chunk: links it can cross and still finish by `upper`
+    s_lo: dict[tuple[int, Arc], float]
+    s_hi: dict[tuple[int, Arc], float]
+    pairs: list[tuple[int, Arc, int, Arc]]  # placements sharing a link or budget whose windows overlap
+    around: list[tuple[int, Arc, float, float]]  # placements whose window overlaps a fixed interval [b, e)
+
+
+def _windows(sp: SpreadProblem, horizon: float) -> _Windows | None:
     n = len(sp.chunks)
-    horizon = upper
     dist = [shortest_times(arc_adjacency(sp.arcs_of[i], sp.cost), (sp.entry[i],)) for i in range(n)]
     usable = [tuple(a for a in sp.arcs_of[i] if a[0] in dist[i] and
                     sp.ready[i] + dist[i][a[0]] + sp.cost[a] <= horizon + EPS) for i in range(n)]
@@ -211,63 +206,115 @@ def _spread_model(sp: SpreadProblem, upper: float, lower: float):
     pairs += [(i, a, i, b) for i in range(n) for a, b in itertools.combinations(usable[i], 2) if conflict(i, a, i, b)]
     around = [(i, a, b, e) for i in range(n) for a in usable[i] for b, e in fixed_on(a)
               if s_lo[i, a] < e - EPS and b < s_hi[i, a] + sp.cost[a] - EPS]
-    if len(pairs) + len(around) > MAX_BINARIES:
-        return None
-    if max(lower, max(sp.ready)) > horizon:
+    return _Windows(dist, usable, s_lo, s_hi, pairs, around)
+
+
+def _spread_model(sp: SpreadProblem, upper: float,
+                  lower: float) -> tuple[MilpModel, dict[tuple[int, Arc], int], dict[tuple[int, Arc], int]] | None:
+    """Families (i, j chunks; a = (u, v) a link; x_ia: i crosses a; s_ia its start there; t_iv: i at v; T):
+    receive_once  sum_u x_i(u,v) = 1 for targets v, <= 1 otherwise
+    send_held     x_i(u,v) <= sum_w x_i(w,u)                        for u not i's entry
+    after_arrival s_ia >= t_iu - M (1 - x_ia)
+    arrive        t_iv >= s_ia + cost_a - M (1 - x_ia)
+    one_at_a_time s_jb >= s_ia + cost_a - M (3 - y - x_ia - x_jb), and the same the other way (a, b
+                  the same link or links of one budget, for two chunks or one chunk's two links of a
+                  budget, unless their time windows cannot overlap)
+    around_fixed  s_ia >= e - M (2 - z - x_ia), s_ia + cost_a <= b + M (1 + z - x_ia)  for each fixed
+                  interval [b, e) on a or its budgets that the window of s_ia overlaps
+    makespan      T >= t_iv for targets v; minimize T
+    interchangeable t_iv0 <= t_jv0 for i < j with the same entry, time, targets and links (v0: their first
+                  target; any schedule can swap such chunks' trees to meet it).
+    Time windows: t_iv >= ready_i + dist_i(v), s_ia in [ready_i + dist_i(u), upper - cost_a] (dist: the
+    shortest time from the entry over i's links); links that cannot end by `upper` get no column; each
+    big-M is the widest gap its row's windows allow."""
+    w = _windows(sp, upper)
+    if w is None or len(w.pairs) + len(w.around) > MAX_BINARIES or max(lower, max(sp.ready)) > upper:
         return None
     m = MilpModel("spread")
-    makespan = m.add_columns(1, lb=max(lower, max(sp.ready)), ub=horizon, cost=1.0)[0]
+    makespan = m.add_columns(1, lb=max(lower, max(sp.ready)), ub=upper, cost=1.0)[0]
     x: dict[tuple[int, Arc], int] = {}
     s: dict[tuple[int, Arc], int] = {}
     arrival: list[dict[int, int]] = []
-    for i in range(n):
-        ranks = sorted(v for v in dist[i] if v == sp.entry[i] or any(a[1] == v for a in usable[i]))
-        if any(v not in ranks for v in sp.targets[i]):
+    for i in range(len(sp.chunks)):
+        t = _chunk_tree(m, sp, w, i, upper, makespan, x, s)
+        if t is None:
             return None  # a target cannot be reached by `upper`
-        t = {v: m.add_columns(1, lb=sp.ready[i] + dist[i][v],
-                              ub=sp.ready[i] if v == sp.entry[i] else max(horizon, sp.ready[i] + dist[i][v]))[0]
-             for v in ranks}
         arrival.append(t)
-        for a in usable[i]:
-            x[i, a] = m.add_binaries(1)[0]
-            s[i, a] = m.add_columns(1, lb=s_lo[i, a], ub=s_hi[i, a])[0]
-        for a in usable[i]:
-            u, v = a
-            wait = horizon - s_lo[i, a]
-            m.add_row("after_arrival", [s[i, a], t[u], x[i, a]], [1.0, -1.0, -wait], lo=-wait)
-            gap = s_hi[i, a] + sp.cost[a] - (sp.ready[i] + dist[i][v])
-            m.add_row("arrive", [t[v], s[i, a], x[i, a]], [1.0, -1.0, -gap], lo=sp.cost[a] - gap)
-            if u != sp.entry[i]:
-                into = [x[i, b] for b in usable[i] if b[1] == u]
-                m.add_row("send_held", [x[i, a]] + into, [1.0] + [-1.0] * len(into), hi=0.0)
-        for v in ranks:
-            if v == sp.entry[i]:
-                continue
-            into = [x[i, a] for a in usable[i] if a[1] == v]
-            need = v in sp.targets[i]
-            m.add_row("receive_once", into, [1.0] * len(into), lo=1.0 if need else 0.0, hi=1.0)
-            if need:
-                m.add_row("makespan", [makespan, t[v]], [1.0, -1.0], lo=0.0)
-    for i, j in itertools.combinations(range(n), 2):
+    _interchangeable(m, sp, arrival)
+    _one_at_a_time(m, sp, w, x, s)
+    _around_fixed(m, sp, w, x, s)
+    return m, x, s
+
+
+def _chunk_tree(m: MilpModel, sp: SpreadProblem, w: _Windows, i: int, horizon: float, makespan: int,
+                x: dict[tuple[int, Arc], int], s: dict[tuple[int, Arc], int]) -> dict[int, int] | None:
+    """Chunk i's columns (t_iv, x_ia, s_ia) and its rows: after_arrival, arrive, send_held, receive_once,
+    makespan (formulas in `_spread_model`). Returns its arrival columns, or None if a target is unreachable."""
+    dist, usable = w.dist[i], w.usable[i]
+    ranks = sorted(v for v in dist if v == sp.entry[i] or any(a[1] == v for a in usable))
+    if any(v not in ranks for v in sp.targets[i]):
+        return None
+    t = {v: m.add_columns(1, lb=sp.ready[i] + dist[v],
+                          ub=sp.ready[i] if v == sp.entry[i] else max(horizon, sp.ready[i] + dist[v]))[0]
+         for v in ranks}
+    for a in usable:
+        x[i, a] = m.add_binaries(1)[0]
+        s[i, a] = m.add_columns(1, lb=w.s_lo[i, a], ub=w.s_hi[i, a])[0]
+    for a in usable:
+        u, v = a
+        wait = horizon - w.s_lo[i, a]
+        # s_ia >= t_iu - M (1 - x_ia)
+        m.add_row("after_arrival", [s[i, a], t[u], x[i, a]], [1.0, -1.0, -wait], lo=-wait)
+        gap = w.s_hi[i, a] + sp.cost[a] - (sp.ready[i] + dist[v])
+        # t_iv >= s_ia + cost_a - M (1 - x_ia)
+        m.add_row("arrive", [t[v], s[i, a], x[i, a]], [1.0, -1.0, -gap], lo=sp.cost[a] - gap)
+        if u != sp.entry[i]:
+            into = [x[i, b] for b in usable if b[1] == u]
+            # x_i(u,v) <= sum_w x_i(w,u)
+            m.add_row("send_held", [x[i, a]] + into, [1.0] + [-1.0] * len(into), hi=0.0)
+    for v in ranks:
+        if v == sp.entry[i]:
+            continue
+        into = [x[i, a] for a in usable if a[1] == v]
+        need = v in sp.targets[i]
+        # sum_u x_i(u,v) = 1 for targets, <= 1 otherwise
+        m.add_row("receive_once", into, [1.0] * len(into), lo=1.0 if need else 0.0, hi=1.0)
+        if need:
+            m.add_row("makespan", [makespan, t[v]], [1.0, -1.0], lo=0.0)  # T >= t_iv
+    return t
+
+
+def _interchangeable(m: MilpModel, sp: SpreadProblem, arrival: list[dict[int, int]]) -> None:
+    # t_iv0 <= t_jv0 for i < j with the same entry, time, targets and links
+    for i, j in itertools.combinations(range(len(sp.chunks)), 2):
         if (sp.entry[i], sp.ready[i], sp.targets[i], sp.arcs_of[i]) == (sp.entry[j], sp.ready[j], sp.targets[j],
                                                                        sp.arcs_of[j]) and sp.targets[i]:
             first = sp.targets[i][0]
             m.add_row("interchangeable", [arrival[j][first], arrival[i][first]], [1.0, -1.0], lo=0.0)
-    for i, a, j, b in pairs:
+
+
+def _one_at_a_time(m: MilpModel, sp: SpreadProblem, w: _Windows, x: dict[tuple[int, Arc], int],
+                   s: dict[tuple[int, Arc], int]) -> None:
+    # s_jb >= s_ia + cost_a - M (3 - y - x_ia - x_jb), and the same the other way with y's complement
+    for i, a, j, b in w.pairs:
         y = m.add_binaries(1)[0]
-        m1 = s_hi[i, a] + sp.cost[a] - s_lo[j, b]
-        m2 = s_hi[j, b] + sp.cost[b] - s_lo[i, a]
+        m1 = w.s_hi[i, a] + sp.cost[a] - w.s_lo[j, b]
+        m2 = w.s_hi[j, b] + sp.cost[b] - w.s_lo[i, a]
         m.add_row("one_at_a_time", [s[j, b], s[i, a], y, x[i, a], x[j, b]], [1.0, -1.0, -m1, -m1, -m1],
                   lo=sp.cost[a] - 3 * m1)
         m.add_row("one_at_a_time", [s[i, a], s[j, b], y, x[i, a], x[j, b]], [1.0, -1.0, m2, -m2, -m2],
                   lo=sp.cost[b] - 2 * m2)
-    for i, a, b, e in around:
+
+
+def _around_fixed(m: MilpModel, sp: SpreadProblem, w: _Windows, x: dict[tuple[int, Arc], int],
+                  s: dict[tuple[int, Arc], int]) -> None:
+    # s_ia >= e - M (2 - z - x_ia),  s_ia + cost_a <= b + M (1 + z - x_ia)  for a fixed interval [b, e)
+    for i, a, b, e in w.around:
         z = m.add_binaries(1)[0]
-        after = e - s_lo[i, a]
-        before = s_hi[i, a] + sp.cost[a] - b
+        after = e - w.s_lo[i, a]
+        before = w.s_hi[i, a] + sp.cost[a] - b
         m.add_row("around_fixed", [s[i, a], z, x[i, a]], [1.0, -after, -after], lo=e - 2 * after)
         m.add_row("around_fixed", [s[i, a], z, x[i, a]], [1.0, -before, before], hi=b - sp.cost[a] + before)
-    return m, x, s
 
 
 # --- splicing a solved window into a schedule ------------------------------------------------------

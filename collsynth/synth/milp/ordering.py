@@ -8,6 +8,7 @@ import heapq
 import time
 from dataclasses import replace
 from types import MappingProxyType
+from typing import Any
 
 from collsynth.encodings.milp_instance import Arc
 from collsynth.encodings.milp_ordering import (
@@ -23,90 +24,101 @@ from collsynth.encodings.milp_ordering import (
 RULES = ("longest-remaining", "earliest-start", "longest-remaining-far", "earliest-start-far")
 
 
+class _ListScheduler:
+    """The state of one list-scheduling pass (`list_schedule`): when each link, budget and transfer is free,
+    the queues built so far, and the ready transfers by priority."""
+
+    def __init__(self, problem: ScheduleProblem, rule: str) -> None:
+        self.problem = problem
+        n = len(problem.transfers)
+        self.tail = problem.remaining
+        self.ranks = 1 + max((max(tr.src, tr.dst) for tr in problem.transfers), default=0)
+        self.arrival = [0.0] * n
+        self.waiting = [len(tr.deps) for tr in problem.transfers]
+        self.link_free: dict[Arc, float] = {}
+        self.res_free = [0.0] * len(problem.resources)
+        self.link_seq: dict[Arc, list[int]] = {}
+        self.res_seq: list[list[int]] = [[] for _ in problem.resources]
+        self.top_class = 1 + max(problem.link_class.values(), default=0)
+        # senders-first classes: a transfer waits for lower classes on its link
+        self.pending_lower: dict[tuple[Arc, int], int] = {}
+        for t, k in problem.link_class.items():
+            arc = problem.transfers[t].arc
+            for other in range(k + 1, self.top_class):
+                self.pending_lower[(arc, other)] = self.pending_lower.get((arc, other), 0) + 1
+        self.blocked: dict[tuple[Arc, int], list[int]] = {}
+        self.far = rule.endswith("-far")
+        self.by_remaining = rule.startswith("longest-remaining")
+        self.heap: list[tuple[tuple[Any, ...], int]] = []
+
+    def est(self, t: int) -> float:
+        """The earliest start of transfer t: its inputs arrived, its link and budgets free."""
+        tr = self.problem.transfers[t]
+        ready = max((self.arrival[d] for d in tr.deps), default=0.0)
+        ready = max(ready, self.link_free.get(tr.arc, 0.0))
+        for r in self.problem.resources_of.get(tr.arc, ()):
+            ready = max(ready, self.res_free[r])
+        return ready
+
+    def key(self, t: int) -> tuple[Any, ...]:
+        tr = self.problem.transfers[t]
+        spread = (tr.dst - tr.src) % self.ranks
+        tie = (-spread if self.far else spread, tr.chunk, tr.src, tr.dst)
+        e = self.est(t)
+        return ((-self.tail[t], e) if self.by_remaining else (e, -self.tail[t])) + tie
+
+    def release(self, t: int) -> None:
+        slot = (self.problem.transfers[t].arc, self.problem.link_class.get(t, 0))
+        if self.pending_lower.get(slot, 0) > 0:
+            self.blocked.setdefault(slot, []).append(t)
+        else:
+            heapq.heappush(self.heap, (self.key(t), t))
+
+    def place(self, t: int) -> None:
+        """Put t at the end of its link's and budgets' queues; release what waited for it."""
+        tr = self.problem.transfers[t]
+        end = self.est(t) + self.problem.cost(t)
+        self.arrival[t] = end
+        self.link_free[tr.arc] = end
+        self.link_seq.setdefault(tr.arc, []).append(t)
+        for r in self.problem.resources_of.get(tr.arc, ()):
+            self.res_free[r] = end
+            self.res_seq[r].append(t)
+        for other in range(self.problem.link_class.get(t, 0) + 1, self.top_class):
+            slot = (tr.arc, other)
+            if slot in self.pending_lower:
+                self.pending_lower[slot] -= 1
+                if self.pending_lower[slot] == 0:
+                    for b in self.blocked.pop(slot, []):
+                        heapq.heappush(self.heap, (self.key(b), b))
+        for s2 in self.problem.dependents[t]:
+            self.waiting[s2] -= 1
+            if self.waiting[s2] == 0:
+                self.release(s2)
+
+
 def list_schedule(problem: ScheduleProblem, rule: str = RULES[0]) -> Orders:
     """Greedy list scheduling: repeatedly place the best ready transfer (by `rule`) at the end of its link's
     and budgets' queues, at the earliest time they and its inputs allow."""
     if rule not in RULES:
         raise ScheduleError(f"unknown ordering rule {rule!r}; use one of {', '.join(RULES)}")
-    n = len(problem.transfers)
-    tail = problem.remaining
-    ranks = 1 + max((max(tr.src, tr.dst) for tr in problem.transfers), default=0)
-    arrival = [0.0] * n
-    waiting = [len(tr.deps) for tr in problem.transfers]
-    link_free: dict[Arc, float] = {}
-    res_free = [0.0] * len(problem.resources)
-    link_seq: dict[Arc, list[int]] = {}
-    res_seq: list[list[int]] = [[] for _ in problem.resources]
-    # senders-first classes: a transfer waits for lower classes on its link
-    pending_lower: dict[tuple[Arc, int], int] = {}
-    for t, k in problem.link_class.items():
-        arc = problem.transfers[t].arc
-        for other in range(k + 1, 1 + max(problem.link_class.values(), default=0)):
-            pending_lower[(arc, other)] = pending_lower.get((arc, other), 0) + 1
-    blocked: dict[tuple[Arc, int], list[int]] = {}
-    far = rule.endswith("-far")
-    by_remaining = rule.startswith("longest-remaining")
-
-    def est(t: int) -> float:
-        tr = problem.transfers[t]
-        ready = max((arrival[d] for d in tr.deps), default=0.0)
-        ready = max(ready, link_free.get(tr.arc, 0.0))
-        for r in problem.resources_of.get(tr.arc, ()):
-            ready = max(ready, res_free[r])
-        return ready
-
-    def key(t: int) -> tuple:
-        tr = problem.transfers[t]
-        spread = (tr.dst - tr.src) % ranks
-        tie = (-spread if far else spread, tr.chunk, tr.src, tr.dst)
-        e = est(t)
-        return ((-tail[t], e) if by_remaining else (e, -tail[t])) + tie
-
-    heap: list[tuple] = []
-
-    def release(t: int) -> None:
-        k = problem.link_class.get(t, 0)
-        if pending_lower.get((problem.transfers[t].arc, k), 0) > 0:
-            blocked.setdefault((problem.transfers[t].arc, k), []).append(t)
-        else:
-            heapq.heappush(heap, (key(t), t))
-
-    for t in range(n):
-        if waiting[t] == 0:
-            release(t)
+    state = _ListScheduler(problem, rule)
+    for t in range(len(problem.transfers)):
+        if state.waiting[t] == 0:
+            state.release(t)
     placed = 0
-    while heap:
-        k0, t = heapq.heappop(heap)
-        k1 = key(t)
+    while state.heap:
+        k0, t = heapq.heappop(state.heap)
+        k1 = state.key(t)
         if k1 != k0:  # stale: its earliest start moved (keys only grow)
-            heapq.heappush(heap, (k1, t))
+            heapq.heappush(state.heap, (k1, t))
             continue
-        tr = problem.transfers[t]
-        s = est(t)
-        end = s + problem.cost(t)
-        arrival[t] = end
-        link_free[tr.arc] = end
-        link_seq.setdefault(tr.arc, []).append(t)
-        for r in problem.resources_of.get(tr.arc, ()):
-            res_free[r] = end
-            res_seq[r].append(t)
+        state.place(t)
         placed += 1
-        k = problem.link_class.get(t, 0)
-        top = 1 + max(problem.link_class.values(), default=0)
-        for other in range(k + 1, top):
-            slot = (tr.arc, other)
-            if slot in pending_lower:
-                pending_lower[slot] -= 1
-                if pending_lower[slot] == 0:
-                    for b in blocked.pop(slot, []):
-                        heapq.heappush(heap, (key(b), b))
-        for s2 in problem.dependents[t]:
-            waiting[s2] -= 1
-            if waiting[s2] == 0:
-                release(s2)
-    if placed != n:
+    if placed != len(problem.transfers):
         raise ScheduleError("list scheduling stalled: some transfers never became ready (dependency cycle)")
-    return Orders(MappingProxyType({a: tuple(v) for a, v in link_seq.items()}), tuple(tuple(v) for v in res_seq))
+    return Orders(MappingProxyType({a: tuple(v) for a, v in state.link_seq.items()}),
+                  tuple(tuple(v) for v in state.res_seq))
 
 
 def best_list_schedule(problem: ScheduleProblem, rules: tuple[str, ...] = RULES) -> tuple[Orders, Timing, str]:
