@@ -3,7 +3,8 @@
 Steps: the longest shortest path some piece of data must travel.
 
 Rounds per chunk: a linear program (built with `MilpModel`, solved with HiGHS). Every algorithm routes, for
-each chunk and each rank that needs it, the chunk along a path from a rank that has it: a unit *flow* per (chunk, destination).
+each chunk and each rank that needs it, the chunk along a path from a rank that has it: a unit *flow* per
+(chunk, destination).
 A link carries a chunk once however many destinations it serves (data may be copied), so a chunk's use of
 a link is the largest of its per-destination flows there, and per round a link carries at most its
 bandwidth (a switch: its budget). Minimizing the rounds this needs gives a bound that is never above the
