@@ -20,8 +20,10 @@ every chunk), one-way gossip needs at least 2(n-1) messages per chunk, which the
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 from collsynth.collectives import Collective
 from collsynth.core.errors import CollsynthError
@@ -94,7 +96,8 @@ def lower_bound_rounds_per_chunk(topology: Topology, collective: Collective) -> 
     return _safe_fraction(value) / collective.chunks
 
 
-def _column_move(ranks: tuple[int, ...], chunks: tuple[int, ...], representative: dict[int, int]):
+def _column_move(ranks: tuple[int, ...], chunks: tuple[int, ...],
+                 representative: dict[int, int]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
     def move(key: tuple) -> tuple:
         if key[0] == "f":  # ("f", chunk, sources, sink, src, dst)
             _, c, sources, sink, a, b = key
@@ -180,17 +183,17 @@ class _FlowLP:
         for (a, b), weights in self.load.items():
             self.rows.append(({**weights, self.ROUNDS: -float(self.topology.bandwidth(a, b))}, -INF, 0.0))
         for switch in self.topology.switches:
-            weights: dict[tuple, float] = {}
+            shared: dict[tuple[Any, ...], float] = {}
             for link in switch.links:
                 for col, w in self.load.get(link, {}).items():
-                    weights[col] = weights.get(col, 0.0) + w
-            if weights:
-                self.rows.append(({**weights, self.ROUNDS: -float(switch.bandwidth)}, -INF, 0.0))
+                    shared[col] = shared.get(col, 0.0) + w
+            if shared:
+                self.rows.append(({**shared, self.ROUNDS: -float(switch.bandwidth)}, -INF, 0.0))
         keys = {key for coeffs, _, _ in self.rows for key in coeffs} | {self.ROUNDS}
         orbit = orbits(keys, moves)
-        column = {key: i for i, key in enumerate(sorted({orbit[k] for k in keys}))}
+        column = {key: i for i, key in enumerate(sorted({orbit[k] for k in keys}))}  # type: ignore[type-var]
         # symmetric images of a row become the same row once columns are orbits: keep one of each
-        unique: dict[tuple, Row] = {}
+        unique: dict[tuple[Any, ...], tuple[dict[int, float], float, float]] = {}
         for coeffs, lower, upper in self.rows:
             merged: dict[int, float] = defaultdict(float)
             for key, coeff in coeffs.items():

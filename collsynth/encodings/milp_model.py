@@ -171,7 +171,7 @@ class MilpModel:
         if len(key):
             first = np.concatenate(([True], key[1:] != key[:-1]))
             group = np.cumsum(first) - 1
-            vals = np.bincount(group, weights=vals)
+            vals = np.bincount(group, weights=vals).astype(np.float64)
             rows, cols = rows[first], cols[first]
         start = np.searchsorted(cols, np.arange(self.num_columns + 1), side="left")
         return start.astype(np.int32), rows.astype(np.int32), vals

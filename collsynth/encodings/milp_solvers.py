@@ -214,7 +214,7 @@ class _CbcRun:
 
 def _pulp_problem(m: LpMatrix, warm: np.ndarray | None) -> tuple[Any, list[Any]]:
     """The matrix as a PuLP problem: one variable per column, one constraint per finite row side."""
-    import pulp
+    import pulp  # type: ignore[import-untyped]
 
     prob = pulp.LpProblem(re.sub(r"[^A-Za-z0-9_]", "_", m.name) or "model", pulp.LpMinimize)
     # PuLP >= 3.3 attaches variables to their problem (add_variable); older versions construct them
@@ -245,7 +245,7 @@ def _pulp_problem(m: LpMatrix, warm: np.ndarray | None) -> tuple[Any, list[Any]]
 
 def _solve_cbc(m: LpMatrix, time_limit: float | None, gap: float, warm: np.ndarray | None,
                stop: CbcStop) -> SolveResult:
-    import pulp
+    import pulp  # type: ignore[import-untyped]
 
     prob, variables = _pulp_problem(m, warm)
     with tempfile.TemporaryDirectory(prefix="collsynth-cbc-") as tmp:

@@ -157,9 +157,9 @@ def solve_spread(sp: SpreadProblem, solver: str, *, upper: float, lower: float =
         return None
     model, x, s = built
     result = model.solve(solver, time_limit=time_limit, gap=1e-6)
-    if not result.has_solution:
-        return None
     values = result.values
+    if not result.has_solution or values is None or result.objective is None:
+        return None
     trees = tuple(tuple(a for a in sp.arcs_of[i] if (i, a) in x and values[x[i, a]] > 0.5)
                   for i in range(len(sp.chunks)))
     starts = {(sp.chunks[i], a): float(values[s[i, a]]) for i in range(len(sp.chunks)) for a in trees[i]}

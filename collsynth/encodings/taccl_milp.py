@@ -20,13 +20,13 @@ Two models (plus the greedy ordering between them, `milp_ordering.py`):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
-from networkx.utils import UnionFind
+from networkx.utils import UnionFind  # type: ignore[import-untyped]
 
 from collsynth.core.errors import CollsynthError
 from collsynth.encodings.milp_instance import Arc, RoutingInstance, shortest_times
@@ -35,6 +35,12 @@ from collsynth.encodings.milp_ordering import COPY, ScheduleProblem, Transfer
 
 # release-time rows per link / budget (see _release_subsets)
 MAX_RELEASE_ROWS = 6
+
+
+XCols = Mapping[tuple[int, Arc], int]  # (chunk, link) -> x column
+FlowCols = dict[tuple[int, int, Arc], int]  # (chunk, target, link) -> f column
+Times = Mapping[tuple[int, Arc], float]  # (chunk, link) -> earliest start there (head) / least time after (tail)
+BoundMakespan = Callable[..., None]  # (family, cols, coefs, const=0.0): adds const + expr <= T
 
 
 class RoutingError(CollsynthError):
@@ -153,7 +159,7 @@ def build_routing_model(inst: RoutingInstance, *, upper_bound: float | None = No
                         MappingProxyType(unique_col), makespan, tuple(makespan_rows), MappingProxyType(orbits))
 
 
-def _receive_once(model: MilpModel, inst: RoutingInstance, x_col, chunk_reps: list[int]) -> None:
+def _receive_once(model: MilpModel, inst: RoutingInstance, x_col: XCols, chunk_reps: list[int]) -> None:
     # sum_{a into d} x[c,a] = 1 for each target d of c; <= 1 for ranks that only relay c
     for c in chunk_reps:
         ch = inst.chunks[c]
@@ -168,7 +174,7 @@ def _receive_once(model: MilpModel, inst: RoutingInstance, x_col, chunk_reps: li
                 model.add_row("relay_receives_once", cols, [1.0] * len(cols), hi=1.0)
 
 
-def _send_only_held(model: MilpModel, inst: RoutingInstance, x_col, chunk_reps: list[int]) -> None:
+def _send_only_held(model: MilpModel, inst: RoutingInstance, x_col: XCols, chunk_reps: list[int]) -> None:
     # x[c,(u,v)] <= sum_{a into u} x[c,a] for u not a source of c
     for c in chunk_reps:
         ch = inst.chunks[c]
@@ -184,7 +190,8 @@ def _send_only_held(model: MilpModel, inst: RoutingInstance, x_col, chunk_reps: 
             model.add_row("send_only_held", [x_col[(c, a)]] + cols, [1.0] + [-1.0] * len(cols), hi=0.0)
 
 
-def _path_flows(model: MilpModel, inst: RoutingInstance, x_col, chunk_reps: list[int], bound_makespan):
+def _path_flows(model: MilpModel, inst: RoutingInstance, x_col: XCols, chunk_reps: list[int],
+                bound_makespan: BoundMakespan) -> FlowCols:
     # in_f(v) - out_f(v) = [v == d] at non-sources; f[c,d,a] <= x[c,a]; sum_a cost_a f[c,d,a] <= T
     flow_col: dict[tuple[int, int, Arc], int] = {}
     for c in chunk_reps:
@@ -236,9 +243,10 @@ def _head_tail(inst: RoutingInstance) -> tuple[dict[tuple[int, Arc], float], dic
     return head, tail
 
 
-def _release_subsets(jobs: list[tuple[float, float, int, float]], limit: int = MAX_RELEASE_ROWS):
+def _release_subsets(jobs: list[tuple[float, float, int, float]],
+                     limit: int = MAX_RELEASE_ROWS) -> Iterator[tuple[float, list[int], list[float], int]]:
     """For jobs (head, tail, column, coefficient) sharing one link or budget: the subsets "every job
-    released at or after h", for up to `limit` thresholds h. Each yields (h + least tail, cols, coefs):
+    released at or after h", for up to `limit` thresholds h. Each yields (h + least tail, cols, coefs, count):
     such jobs all start after h and run one at a time, so h + their total time + a tail <= T."""
     heads = sorted({h for h, *_ in jobs})
     if len(heads) > limit:
@@ -248,7 +256,8 @@ def _release_subsets(jobs: list[tuple[float, float, int, float]], limit: int = M
         yield h + min(j[1] for j in members), [j[2] for j in members], [j[3] for j in members], len(members)
 
 
-def _link_load(model: MilpModel, inst: RoutingInstance, x_col, rep_arcs: list[Arc], head, tail, bound_makespan):
+def _link_load(model: MilpModel, inst: RoutingInstance, x_col: XCols, rep_arcs: list[Arc], head: Times,
+               tail: Times, bound_makespan: BoundMakespan) -> dict[Arc, int]:
     # for each release time h of the chunks that may cross l: h + sum_{c: head_c >= h} cost_l x[c,l] + tail <= T;
     # inter-node links, whose chunks may go K at a time, use alpha_l / K + beta_l per chunk, and also
     # head + alpha_l used_l + beta_l sum_c x[c,l] + tail <= T with used_l >= x[c,l]
@@ -281,7 +290,8 @@ def _link_load(model: MilpModel, inst: RoutingInstance, x_col, rep_arcs: list[Ar
     return used_col
 
 
-def _budget_load(model: MilpModel, inst: RoutingInstance, x_col, used_col, head, tail, bound_makespan) -> None:
+def _budget_load(model: MilpModel, inst: RoutingInstance, x_col: XCols, used_col: Mapping[Arc, int], head: Times,
+                 tail: Times, bound_makespan: BoundMakespan) -> None:
     # as link_load, over all links of a switch port / NIC S: h + sum_{l in S} sum_{c: head >= h} cost x + tail <= T
     users: dict[Arc, list[tuple[int, int]]] = {}
     for (c, a), col in x_col.items():
@@ -305,7 +315,8 @@ def _budget_load(model: MilpModel, inst: RoutingInstance, x_col, used_col, head,
                 bound_makespan("budget_load", cols, coefs, const)
 
 
-def _fanout_after_arrival(model: MilpModel, inst: RoutingInstance, x_col, flow_col, chunk_reps, bound_makespan):
+def _fanout_after_arrival(model: MilpModel, inst: RoutingInstance, x_col: XCols, flow_col: FlowCols,
+                          chunk_reps: list[int], bound_makespan: BoundMakespan) -> None:
     # arrival(c,u) + sum_{(u,v) in S} cost x[c,(u,v)] <= T for each out-port S of a rank u that receives c
     out_ports: dict[int, list] = {}
     for res in inst.resources:
@@ -327,7 +338,8 @@ def _fanout_after_arrival(model: MilpModel, inst: RoutingInstance, x_col, flow_c
                 bound_makespan("fanout_after_arrival", cols, coefs)
 
 
-def _unique_links(model: MilpModel, inst: RoutingInstance, x_col, flow_col, chunk_reps):
+def _unique_links(model: MilpModel, inst: RoutingInstance, x_col: XCols, flow_col: FlowCols,
+                  chunk_reps: list[int]) -> tuple[dict[Arc, int], dict[int, int]]:
     # min: u_o >= x[c,l] for l in link orbit o;  max: u_o <= sum_c x[c,l], and x[c,a] <= sum_d f[c,d,a]
     # so that no link is used just to be counted. One u per symmetry orbit of links (the routes are
     # symmetric, so are the links they use); the objective on them is set by set_connections_objective.

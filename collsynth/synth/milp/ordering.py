@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
@@ -196,7 +197,7 @@ def relist_with_groups(problem: ScheduleProblem, orders: Orders,
     return expanded, evaluate(problem, expanded)
 
 
-def _compositions(n: int, most: int):
+def _compositions(n: int, most: int) -> Iterator[tuple[int, ...]]:
     """Ways to cut a sequence of n into consecutive groups of at most `most` (as group sizes)."""
     if n == 0:
         yield ()
@@ -207,7 +208,7 @@ def _compositions(n: int, most: int):
 
 
 def pattern_trials(problem: ScheduleProblem, orders: Orders, *, longest: int = 10,
-                   deadline: float | None = None):
+                   deadline: float | None = None) -> Iterator[tuple[tuple[int, ...], Orders]]:
     """Every way of cutting the inter-node links' sequences into groups (the same group sizes on every
     link with as many transfers, as symmetric links have), for sequences of at most `longest`, as
     (group sizes, orders with those joins) in a fixed order; only cuts whose joined pairs are

@@ -218,7 +218,7 @@ def group_patterns(work: RouteWork, budget: StageBudget) -> StageOutcome:
     deadline = budget.deadline()
     # a schedule already at the lower bound: other groupings could only tie with it
     at_bound = p.within_gap(work.incumbent, work.lower, work.gap)
-    joined = []
+    joined: list[tuple[float, int, float, int, Candidate]] = []
     for cand in work.candidates:
         orders, timing = greedy_joins(cand.problem, cand.orders)
         if not at_bound:

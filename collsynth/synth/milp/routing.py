@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from collsynth.encodings.milp_instance import Arc, RoutingInstance
 from collsynth.encodings.milp_ordering import Orders, ScheduleProblem, Timing
@@ -93,8 +94,8 @@ def _busy(inst: RoutingInstance, load: Mapping, a: Arc) -> float:
     return busy
 
 
-def _dijkstra_tree(inst: RoutingInstance, c: int, load: Mapping, congestion: bool,
-                   allowed=None) -> tuple[Arc, ...] | None:
+def _dijkstra_tree(inst: RoutingInstance, c: int, load: Mapping[Any, float], congestion: bool,
+                   allowed: Callable[[Arc], bool] | None = None) -> tuple[Arc, ...] | None:
     routes = inst.chunks[c]
     out: dict[int, list[int]] = {}
     for u, v in routes.arcs:

@@ -69,7 +69,7 @@ def schedule_round(work: ScheduleWork, budget: StageBudget) -> StageOutcome:
     improved = False
     if joined_timing.makespan < best.timing.makespan - tie:
         best, improved = Candidate(best.problem, joined, joined_timing, best.routes), True
-    if result.has_solution:
+    if result.has_solution and result.values is not None:
         orders = replace(best.orders, joins=joins_from_solution(sm, result.values))
         timing = evaluate(best.problem, orders)
         assert result.objective is not None
