@@ -22,6 +22,9 @@ from collsynth.encodings.milp_ordering import (
     join_candidates,
 )
 
+# two makespans closer than this are equal (us): a heuristic keeps a new schedule only when it is shorter
+# by more (MilpParameters.tie_us defaults to it)
+TIE_US = 1e-9
 RULES = ("longest-remaining", "earliest-start", "longest-remaining-far", "earliest-start-far")
 
 
@@ -128,7 +131,7 @@ def best_list_schedule(problem: ScheduleProblem, rules: tuple[str, ...] = RULES)
     for rule in rules:
         orders = list_schedule(problem, rule)
         timing = evaluate(problem, orders)
-        if best is None or timing.makespan < best[1].makespan - 1e-9:
+        if best is None or timing.makespan < best[1].makespan - TIE_US:
             best = (orders, timing, rule)
     assert best is not None
     return best
@@ -153,7 +156,7 @@ def greedy_joins(problem: ScheduleProblem, orders: Orders) -> tuple[Orders, Timi
             timing = evaluate(problem, trial)
         except ScheduleError:
             continue
-        if timing.makespan <= best.makespan + 1e-9:
+        if timing.makespan <= best.makespan + TIE_US:
             joins.add(nxt)
             group_size[nxt] = group_size.get(prev, 1) + 1
             best = timing
@@ -254,7 +257,7 @@ def pattern_joins(problem: ScheduleProblem, orders: Orders, *, longest: int = 10
             continue
         tried.append((round(timing.makespan, 9), len(tried), trial))
     for makespan, _, trial in sorted(tried)[:keep]:
-        if makespan < best.makespan - 1e-9:
+        if makespan < best.makespan - TIE_US:
             best_orders, best = trial, evaluate(problem, trial)
         if deadline is not None and time.perf_counter() >= deadline:
             continue
@@ -262,6 +265,6 @@ def pattern_joins(problem: ScheduleProblem, orders: Orders, *, longest: int = 10
             again, timing = relist_with_groups(problem, trial, rules)
         except ScheduleError:
             continue
-        if timing.makespan < best.makespan - 1e-9:
+        if timing.makespan < best.makespan - TIE_US:
             best_orders, best = again, timing
     return best_orders, best

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from collsynth.synth.milp.ordering import TIE_US
+
 # --- stage names (reports carry them; tests and the bench import them instead of spelling them) ----------
 GREEDY_ROUTING = "greedy routing+order"
 SKETCH_BOUNDS = "sketch bounds"
@@ -58,7 +60,7 @@ class MilpParameters:
     # scheduling MILP: re-solved after the orders are rebuilt around the chosen groups, up to this many times
     schedule_rounds: int = 3
     # two makespans closer than this are equal (us): an improvement must beat it
-    tie_us: float = 1e-9
+    tie_us: float = TIE_US
     # a gap test never divides by less than this (us)
     gap_floor_us: float = 1e-12
     # the warm start's makespan caps the routing MILP's makespan column, loosened by this (relative, plus tie_us)

@@ -19,7 +19,11 @@ from typing import Any
 from collsynth.encodings.milp_instance import Arc, RoutingInstance
 from collsynth.encodings.milp_ordering import Orders, ScheduleProblem, Timing
 from collsynth.encodings.taccl_milp import Routes, RoutingError, check_routes, transfers_from_routes
-from collsynth.synth.milp.ordering import RULES, best_list_schedule
+from collsynth.synth.milp.ordering import RULES, TIE_US, best_list_schedule
+
+CRITICAL_TRANSFERS = 6  # the latest-arriving transfers whose chains the local search re-parents
+# congestion-aware trees: a re-timed heap entry later than its key by more than this (us) is pushed back
+DIJKSTRA_TIE_US = 1e-12
 
 
 def ring_links(inst: RoutingInstance) -> frozenset[Arc]:
@@ -113,7 +117,7 @@ def _dijkstra_tree(inst: RoutingInstance, c: int, load: Mapping[Any, float], con
         if via >= 0 and congestion:
             # the link may have become busier since this entry was pushed: re-time it (times only grow)
             again = max(best[via][0], _busy(inst, local, (via, u))) + inst.link_cost[(via, u)]
-            if again > t + 1e-12:
+            if again > t + DIJKSTRA_TIE_US:
                 heapq.heappush(heap, (again, l, u, via))
                 continue
         done.add(u)
@@ -181,9 +185,6 @@ def _broadcast_tree(inst: RoutingInstance, c: int) -> tuple[Arc, ...] | None:
     return tuple(sorted(arcs))
 
 
-CRITICAL_TRANSFERS = 6
-
-
 @dataclass(frozen=True)
 class Searched:
     routes: Routes
@@ -225,7 +226,7 @@ def improve_routes(inst: RoutingInstance, routes: Routes, *, max_tries: int = 20
                     continue
                 cand_problem = transfers_from_routes(inst, candidate)
                 cand_orders, cand_timing, _ = best_list_schedule(cand_problem, rules)
-                if cand_timing.makespan < timing.makespan - 1e-9:
+                if cand_timing.makespan < timing.makespan - TIE_US:
                     routes, problem, orders, timing = candidate, cand_problem, cand_orders, cand_timing
                     moves += 1
                     improved = True

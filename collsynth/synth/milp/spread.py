@@ -26,6 +26,11 @@ from collsynth.encodings.milp_spread import (
 from collsynth.encodings.taccl_milp import Routes, RoutingError, check_routes, transfers_from_routes
 from collsynth.synth.milp.ordering import pattern_trials
 
+# a cut whose estimate is not below the schedule in hand by this share is not solved
+ESTIMATE_MARGIN_REL = 1e-6
+# the schedule in hand within this share of the proven bound: stop searching
+BOUND_REACHED_REL = 1e-6
+
 
 @dataclass(frozen=True)
 class Respread:
@@ -123,9 +128,9 @@ def respread_groups(inst: RoutingInstance, routes: Routes, problem: ScheduleProb
     scored.sort(key=lambda item: item[:3])
     solves = tried = 0
     for estimate, _, _, trial, trial_timing in scored:
-        if estimate >= best_makespan - 1e-6 * best_makespan or solves >= max_solves:
+        if estimate >= best_makespan - ESTIMATE_MARGIN_REL * best_makespan or solves >= max_solves:
             break
-        if best_makespan <= floor * (1 + 1e-6) + EPS:
+        if best_makespan <= floor * (1 + BOUND_REACHED_REL) + EPS:
             break
         if deadline is not None and time.perf_counter() >= deadline:
             break
