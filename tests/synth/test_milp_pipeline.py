@@ -1,12 +1,14 @@
-"""The MILP synthesis pipeline (collsynth/synth/milp.py), its report and timeline."""
+"""The MILP synthesis pipeline (collsynth/synth/milp/), its result, report and timeline."""
 
 import json
 
 import pytest
 
+from collsynth.core.enums import Status
 from collsynth.encodings.sketch import Sketch, SketchError, SwitchSketch, sketch_from_taccl
 from collsynth.schedule import verify
 from collsynth.schedule.algorithm import REDUCE, Algorithm
+from collsynth.schedule.result import SynthesisResult
 from collsynth.synth.milp import MilpSynthesisError, synthesize_milp, write_report
 from collsynth.synth.milp.parameters import (
     DEFAULT_PARAMETERS,
@@ -48,6 +50,10 @@ def test_ndv2_allgather_matches_taccl_1mb(solver):
     assert routing.status == "optimal" and routing.objective == pytest.approx(69.0)
     assert result.lower_bound_us == pytest.approx(69.0)
     assert result.predicted_us <= 92.0 + 1e-6
+    # the common result: proven optimal (schedule at the routing bound), bound in us, one verified algorithm
+    assert isinstance(result, SynthesisResult) and result.synthesizer == "milp" and result.bound_kind == "time_us"
+    assert result.status == Status.OPTIMAL and result.bound == pytest.approx(result.predicted_us)
+    assert result.algorithms == (result.best,) and result.algorithm is result.best
     verify(result.algorithm)
     assert all(start is not None and dur > 0 for start, dur in _times(result.algorithm))
     assert max(s + d for s, d in _times(result.algorithm)) == pytest.approx(result.predicted_us)
@@ -124,7 +130,7 @@ def test_time_limit_is_the_budget_of_the_whole_run(solver):
     assert elapsed < budget + 45
     assert result.lower_bound_us is not None and result.lower_bound_us <= result.predicted_us + 1e-9
     # the scheduling MILP alone needs far more than 3 s, so the budget binds
-    assert result.time_limited
+    assert result.time_limited and result.status == Status.TIMEOUT
     assert "for the whole run" in result.summary()
     assert result.algorithm.provenance["time_limited"] == result.time_limited
 
