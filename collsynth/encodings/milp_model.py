@@ -152,6 +152,11 @@ class MilpModel:
         diff = lhs - rhs
         self.add_row(family, list(diff.terms), list(diff.terms.values()), hi=-diff.const)
 
+    def add_eq(self, family: str, lhs: Lin, rhs: Lin | float) -> None:
+        """One row lhs == rhs."""
+        diff = lhs - rhs
+        self.add_row(family, list(diff.terms), list(diff.terms.values()), lo=-diff.const, hi=-diff.const)
+
     def row_upper(self, row: int) -> float:
         return self._row_hi[row]
 

@@ -30,7 +30,7 @@ from networkx.utils import UnionFind  # type: ignore[import-untyped]
 
 from collsynth.core.errors import CollsynthError
 from collsynth.encodings.milp_instance import Arc, RoutingInstance, shortest_times
-from collsynth.encodings.milp_model import INF, MilpModel
+from collsynth.encodings.milp_model import INF, Lin, MilpModel
 from collsynth.encodings.milp_ordering import COPY, ScheduleProblem, Transfer
 
 # release-time rows per link / budget (see _release_subsets)
@@ -169,9 +169,9 @@ def _receive_once(model: MilpModel, inst: RoutingInstance, x_col: XCols, chunk_r
         targets = set(ch.targets)
         for v, cols in into.items():
             if v in targets:
-                model.add_row("receive_once", cols, [1.0] * len(cols), lo=1.0, hi=1.0)
+                model.add_eq("receive_once", Lin.total(cols), 1.0)
             elif len(cols) > 1:
-                model.add_row("relay_receives_once", cols, [1.0] * len(cols), hi=1.0)
+                model.add_le("relay_receives_once", Lin.total(cols), 1.0)
 
 
 def _send_only_held(model: MilpModel, inst: RoutingInstance, x_col: XCols, chunk_reps: list[int]) -> None:
@@ -186,8 +186,7 @@ def _send_only_held(model: MilpModel, inst: RoutingInstance, x_col: XCols, chunk
             u = a[0]
             if u in sources:
                 continue
-            cols = into.get(u, [])
-            model.add_row("send_only_held", [x_col[(c, a)]] + cols, [1.0] + [-1.0] * len(cols), hi=0.0)
+            model.add_le("send_only_held", Lin.of(x_col[(c, a)]), Lin.total(into.get(u, [])))
 
 
 def _path_flows(model: MilpModel, inst: RoutingInstance, x_col: XCols, chunk_reps: list[int],
@@ -200,19 +199,15 @@ def _path_flows(model: MilpModel, inst: RoutingInstance, x_col: XCols, chunk_rep
         for d in ch.targets:
             arcs = ch.paths_to[d]
             cols = model.add_columns(len(arcs), lb=0.0, ub=1.0)
-            balance: dict[int, tuple[list[int], list[float]]] = {}
+            balance: dict[int, Lin] = {}  # v -> in_f(v) - out_f(v)
             for col, a in zip(cols, arcs, strict=True):
                 flow_col[(c, d, a)] = col
-                model.add_row("flow_within_route", [col, x_col[(c, a)]], [1.0, -1.0], hi=0.0)
+                model.add_le("flow_within_route", Lin.of(col), Lin.of(x_col[(c, a)]))
                 for v, sign in ((a[1], 1.0), (a[0], -1.0)):
-                    if v in sources:
-                        continue
-                    entry = balance.setdefault(v, ([], []))
-                    entry[0].append(col)
-                    entry[1].append(sign)
-            for v, (bcols, coefs) in balance.items():
-                rhs = 1.0 if v == d else 0.0
-                model.add_row("flow_conservation", bcols, coefs, lo=rhs, hi=rhs)
+                    if v not in sources:
+                        balance[v] = balance.get(v, Lin({})) + Lin.of(col, sign)
+            for v, net in balance.items():
+                model.add_eq("flow_conservation", net, 1.0 if v == d else 0.0)
             bound_makespan("arrival_before_makespan", list(cols), [inst.link_cost[a] for a in arcs])
     return flow_col
 
@@ -282,7 +277,7 @@ def _link_load(model: MilpModel, inst: RoutingInstance, x_col: XCols, rep_arcs: 
             for g in range(sym.order):
                 used_col[sym.map_arc(g, a)] = used
             for col in {col for _, col in pairs}:
-                model.add_row("link_used", [col, used], [1.0, -1.0], hi=0.0)
+                model.add_le("link_used", Lin.of(col), Lin.of(used))
             const = min(head[(c, a)] for c, _ in pairs) + min(tail[(c, a)] for c, _ in pairs)
             cols = [col for _, col in pairs]
             bound_makespan("link_load_alpha_once", [used] + cols,
@@ -368,16 +363,15 @@ def _unique_links(model: MilpModel, inst: RoutingInstance, x_col: XCols, flow_co
         u = orbit_col[i]
         if inst.unique_policy == "min":
             for col in sorted(set(users[a])):
-                model.add_row("unique_link_used", [col, u], [1.0, -1.0], hi=0.0)
+                model.add_le("unique_link_used", Lin.of(col), Lin.of(u))
         else:
-            distinct = sorted(set(users[a]))
-            model.add_row("unique_link_counted", [u] + distinct, [1.0] + [-1.0] * len(distinct), hi=0.0)
+            model.add_le("unique_link_counted", Lin.of(u), Lin.total(sorted(set(users[a]))))
     if inst.unique_policy == "max":
         for c in chunk_reps:
             ch = inst.chunks[c]
             for a in ch.arcs:
                 flows = [flow_col[(c, d, a)] for d in ch.targets if (c, d, a) in flow_col]
-                model.add_row("no_stray_links", [x_col[(c, a)]] + flows, [1.0] + [-1.0] * len(flows), hi=0.0)
+                model.add_le("no_stray_links", Lin.of(x_col[(c, a)]), Lin.total(flows))
     return unique_col, {orbit_col[r]: orbit_size[r] for r in orbit_col}
 
 
