@@ -1,4 +1,4 @@
-"""The MILP pipeline's human-readable summary and its report directory (report.md, timeline, JSON)."""
+"""The MILP pipeline's report directory: report.md, timeline.txt/.png, algorithm.json, report.json."""
 
 from __future__ import annotations
 
@@ -7,40 +7,7 @@ import os
 from pathlib import Path
 
 from collsynth.core.files import write_atomic
-from collsynth.schedule.result import StageReport
-from collsynth.synth.milp.result import MilpResult
-
-
-def stage_line(stage: StageReport) -> str:
-    """One stage as the summary prints it: name, status, seconds, objective, bound, gap, model, note."""
-    parts = [f"{stage.name:<24} {stage.status or stage.outcome:<11} {stage.seconds:8.2f} s"]
-    if stage.objective is not None:
-        parts.append(f"obj {stage.objective:.3f} {stage.unit}")
-    if stage.bound is not None:
-        parts.append(f"bound {stage.bound:.3f} {stage.unit}")
-    if stage.gap is not None:
-        parts.append(f"gap {100 * stage.gap:.2f}%")
-    if stage.size is not None:
-        parts.append(f"[{stage.size}]")
-    if stage.note:
-        parts.append(f"({stage.note})")
-    return "  ".join(parts)
-
-
-def summary(result: MilpResult) -> str:
-    algorithm = result.best
-    lines = [f"{algorithm.name}: {algorithm.collective} on {algorithm.topology.name}, {result.size_bytes} B per "
-             f"chunk before chunkup ({result.chunk_bytes:g} B per chunk), solver {result.solver}",
-             f"sketch: {result.provenance.get('sketch_text', '')}"]
-    lines += ["  " + stage_line(stage) for stage in result.stages]
-    lb = f"{result.bound:.3f} us" if result.bound is not None else \
-        "unknown (combining collectives: the routing stage bounds their AllGather/Broadcast half only)"
-    gap = f"{100 * result.gap:.2f}%" if result.gap is not None else "unknown"
-    lines.append(f"predicted time {result.predicted_us:.3f} us; lower bound {lb}; gap {gap}")
-    if result.time_limit is not None:
-        state = "time-limited: the budget cut a stage short" if result.time_limited else "no stage was cut short"
-        lines.append(f"budget {result.time_limit:g} s for the whole run, {result.seconds:.2f} s used; {state}")
-    return "\n".join(lines)
+from collsynth.synth.milp.result import MilpResult, summary
 
 
 def write_report(result: MilpResult, directory: str | os.PathLike[str]) -> list[Path]:
