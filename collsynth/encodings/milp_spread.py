@@ -28,7 +28,7 @@ from types import MappingProxyType
 
 from collsynth.encodings.milp_bounds import group_spread_time
 from collsynth.encodings.milp_instance import Arc, RoutingInstance, arc_adjacency, shortest_times
-from collsynth.encodings.milp_model import MilpModel
+from collsynth.encodings.milp_model import Lin, MilpModel
 from collsynth.encodings.milp_ordering import ScheduleProblem, Timing
 from collsynth.encodings.taccl_milp import Routes
 
@@ -264,14 +264,14 @@ def _chunk_tree(m: MilpModel, sp: SpreadProblem, w: _Windows, i: int, horizon: f
         u, v = a
         wait = horizon - w.s_lo[i, a]
         # s_ia >= t_iu - M (1 - x_ia)
-        m.add_row("after_arrival", [s[i, a], t[u], x[i, a]], [1.0, -1.0, -wait], lo=-wait)
+        m.add_ge("after_arrival", Lin.of(s[i, a]), Lin.of(t[u]) + Lin.of(x[i, a], wait) - wait)
         gap = w.s_hi[i, a] + sp.cost[a] - (sp.ready[i] + dist[v])
         # t_iv >= s_ia + cost_a - M (1 - x_ia)
-        m.add_row("arrive", [t[v], s[i, a], x[i, a]], [1.0, -1.0, -gap], lo=sp.cost[a] - gap)
+        m.add_ge("arrive", Lin.of(t[v]), Lin.of(s[i, a]) + Lin.of(x[i, a], gap) + (sp.cost[a] - gap))
         if u != sp.entry[i]:
             into = [x[i, b] for b in usable if b[1] == u]
             # x_i(u,v) <= sum_w x_i(w,u)
-            m.add_row("send_held", [x[i, a]] + into, [1.0] + [-1.0] * len(into), hi=0.0)
+            m.add_le("send_held", Lin.of(x[i, a]), Lin.total(into))
     for v in ranks:
         if v == sp.entry[i]:
             continue
@@ -280,7 +280,7 @@ def _chunk_tree(m: MilpModel, sp: SpreadProblem, w: _Windows, i: int, horizon: f
         # sum_u x_i(u,v) = 1 for targets, <= 1 otherwise
         m.add_row("receive_once", into, [1.0] * len(into), lo=1.0 if need else 0.0, hi=1.0)
         if need:
-            m.add_row("makespan", [makespan, t[v]], [1.0, -1.0], lo=0.0)  # T >= t_iv
+            m.add_ge("makespan", Lin.of(makespan), Lin.of(t[v]))  # T >= t_iv
     return t
 
 
@@ -290,20 +290,20 @@ def _interchangeable(m: MilpModel, sp: SpreadProblem, arrival: list[dict[int, in
         if (sp.entry[i], sp.ready[i], sp.targets[i], sp.arcs_of[i]) == (sp.entry[j], sp.ready[j], sp.targets[j],
                                                                        sp.arcs_of[j]) and sp.targets[i]:
             first = sp.targets[i][0]
-            m.add_row("interchangeable", [arrival[j][first], arrival[i][first]], [1.0, -1.0], lo=0.0)
+            m.add_ge("interchangeable", Lin.of(arrival[j][first]), Lin.of(arrival[i][first]))
 
 
 def _one_at_a_time(m: MilpModel, sp: SpreadProblem, w: _Windows, x: dict[tuple[int, Arc], int],
                    s: dict[tuple[int, Arc], int]) -> None:
-    # s_jb >= s_ia + cost_a - M (3 - y - x_ia - x_jb), and the same the other way with y's complement
+    # s_jb >= s_ia + cost_a - M1 (3 - y - x_ia - x_jb);  s_ia >= s_jb + cost_b - M2 (2 + y - x_ia - x_jb)
     for i, a, j, b in w.pairs:
         y = m.add_binaries(1)[0]
         m1 = w.s_hi[i, a] + sp.cost[a] - w.s_lo[j, b]
         m2 = w.s_hi[j, b] + sp.cost[b] - w.s_lo[i, a]
-        m.add_row("one_at_a_time", [s[j, b], s[i, a], y, x[i, a], x[j, b]], [1.0, -1.0, -m1, -m1, -m1],
-                  lo=sp.cost[a] - 3 * m1)
-        m.add_row("one_at_a_time", [s[i, a], s[j, b], y, x[i, a], x[j, b]], [1.0, -1.0, m2, -m2, -m2],
-                  lo=sp.cost[b] - 2 * m2)
+        m.add_ge("one_at_a_time", Lin.of(s[j, b]),
+                 Lin.of(s[i, a]) + Lin({y: m1, x[i, a]: m1, x[j, b]: m1}) + (sp.cost[a] - 3 * m1))
+        m.add_ge("one_at_a_time", Lin.of(s[i, a]),
+                 Lin.of(s[j, b]) + Lin({y: -m2, x[i, a]: m2, x[j, b]: m2}) + (sp.cost[b] - 2 * m2))
 
 
 def _around_fixed(m: MilpModel, sp: SpreadProblem, w: _Windows, x: dict[tuple[int, Arc], int],
@@ -313,8 +313,9 @@ def _around_fixed(m: MilpModel, sp: SpreadProblem, w: _Windows, x: dict[tuple[in
         z = m.add_binaries(1)[0]
         after = e - w.s_lo[i, a]
         before = w.s_hi[i, a] + sp.cost[a] - b
-        m.add_row("around_fixed", [s[i, a], z, x[i, a]], [1.0, -after, -after], lo=e - 2 * after)
-        m.add_row("around_fixed", [s[i, a], z, x[i, a]], [1.0, -before, before], hi=b - sp.cost[a] + before)
+        m.add_ge("around_fixed", Lin.of(s[i, a]), Lin({z: after, x[i, a]: after}) + (e - 2 * after))
+        m.add_le("around_fixed", Lin.of(s[i, a]) + Lin.of(x[i, a], before),
+                 Lin.of(z, before) + (b - sp.cost[a] + before))
 
 
 # --- splicing a solved window into a schedule ------------------------------------------------------
