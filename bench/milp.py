@@ -26,6 +26,7 @@ from rich.table import Table
 
 from collsynth.encodings.sketch import load_sketch
 from collsynth.synth.milp import synthesize_milp
+from collsynth.synth.milp.parameters import ROUTING_LINKS_MILP, ROUTING_MILP
 from collsynth.topologies.taccl import load_taccl_profile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,8 +79,8 @@ def run_case(case: Case, solver: str, examples: Path, time_limit: float) -> dict
     started = time.perf_counter()
     result = synthesize_milp(topology, case.collective, sketch, case.size, solver=solver, time_limit=time_limit)
     total = time.perf_counter() - started
-    routing = next(s for s in result.stages if s.name == "routing MILP")
-    links = next((s for s in result.stages if s.name.startswith("routing MILP (")), None)
+    routing = next(s for s in result.stages if s.name == ROUTING_MILP)
+    links = next((s for s in result.stages if s.name == ROUTING_LINKS_MILP), None)
     return {
         "case": case.label, "costs": case.costs, "solver": solver, "size": case.size,
         "routing_s": routing.seconds + (links.seconds if links else 0.0), "routing_status": routing.status,

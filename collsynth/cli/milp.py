@@ -86,9 +86,9 @@ def milp(topology: str, collective: str, sketch_path: str, size: str, solver: st
         click.echo(f"note: {note}")
     click.echo(result.summary())
     if timeline:
-        click.echo(timeline_text(result.algorithm))
+        click.echo(timeline_text(result.best))
     if output:
-        write_atomic(Path(output), result.algorithm.to_json())
+        write_atomic(Path(output), result.best.to_json())
         click.echo(f"wrote {output}")
     if report_dir:
         files = write_report(result, report_dir)

@@ -2,8 +2,9 @@
 
 Steps: the longest shortest path some piece of data must travel.
 
-Rounds per chunk: a linear program, solved with HiGHS. Every algorithm routes, for each chunk and each
-rank that needs it, the chunk along a path from a rank that has it: a unit *flow* per (chunk, destination).
+Rounds per chunk: a linear program (built with `MilpModel`, solved with HiGHS). Every algorithm routes, for
+each chunk and each rank that needs it, the chunk along a path from a rank that has it: a unit *flow* per
+(chunk, destination).
 A link carries a chunk once however many destinations it serves (data may be copied), so a chunk's use of
 a link is the largest of its per-destination flows there, and per round a link carries at most its
 bandwidth (a switch: its budget). Minimizing the rounds this needs gives a bound that is never above the
@@ -19,14 +20,14 @@ every chunk), one-way gossip needs at least 2(n-1) messages per chunk, which the
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-
-import highspy
-import numpy as np
+from typing import Any
 
 from collsynth.collectives import Collective
 from collsynth.core.errors import CollsynthError
+from collsynth.encodings.milp_model import INF, MilpModel
 from collsynth.encodings.sccl_z3 import instance_symmetries, orbits
 from collsynth.topologies import Topology
 
@@ -95,7 +96,8 @@ def lower_bound_rounds_per_chunk(topology: Topology, collective: Collective) -> 
     return _safe_fraction(value) / collective.chunks
 
 
-def _column_move(ranks: tuple[int, ...], chunks: tuple[int, ...], representative: dict[int, int]):
+def _column_move(ranks: tuple[int, ...], chunks: tuple[int, ...],
+                 representative: dict[int, int]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
     def move(key: tuple) -> tuple:
         if key[0] == "f":  # ("f", chunk, sources, sink, src, dst)
             _, c, sources, sink, a, b = key
@@ -153,7 +155,7 @@ class _FlowLP:
         for link, flows in flows_per_link.items():
             usage[link] = ("u", chunk, *link)
             for f in flows:  # u - f >= 0: a link carries a chunk once for all its destinations
-                self.rows.append(({usage[link]: 1.0, f: -1.0}, 0.0, highspy.kHighsInf))
+                self.rows.append(({usage[link]: 1.0, f: -1.0}, 0.0, INF))
         return usage
 
     def _conservation(self, commodity: Commodity, cols: dict[tuple[int, int], tuple]) -> None:
@@ -174,24 +176,24 @@ class _FlowLP:
 
     def at_least(self, usage: dict[tuple[int, int], tuple], count: int) -> None:
         # sum_l usage(l) >= count
-        self.rows.append(({col: 1.0 for col in usage.values()}, float(count), highspy.kHighsInf))
+        self.rows.append(({col: 1.0 for col in usage.values()}, float(count), INF))
 
     def minimize_rounds(self, moves: list) -> float:
         # capacity: sum of usage on a link <= bw * rounds; on a switch's links <= budget * rounds
         for (a, b), weights in self.load.items():
-            self.rows.append(({**weights, self.ROUNDS: -float(self.topology.bandwidth(a, b))}, -highspy.kHighsInf, 0.0))
+            self.rows.append(({**weights, self.ROUNDS: -float(self.topology.bandwidth(a, b))}, -INF, 0.0))
         for switch in self.topology.switches:
-            weights: dict[tuple, float] = {}
+            shared: dict[tuple[Any, ...], float] = {}
             for link in switch.links:
                 for col, w in self.load.get(link, {}).items():
-                    weights[col] = weights.get(col, 0.0) + w
-            if weights:
-                self.rows.append(({**weights, self.ROUNDS: -float(switch.bandwidth)}, -highspy.kHighsInf, 0.0))
+                    shared[col] = shared.get(col, 0.0) + w
+            if shared:
+                self.rows.append(({**shared, self.ROUNDS: -float(switch.bandwidth)}, -INF, 0.0))
         keys = {key for coeffs, _, _ in self.rows for key in coeffs} | {self.ROUNDS}
         orbit = orbits(keys, moves)
-        column = {key: i for i, key in enumerate(sorted({orbit[k] for k in keys}))}
+        column = {key: i for i, key in enumerate(sorted({orbit[k] for k in keys}))}  # type: ignore[type-var]
         # symmetric images of a row become the same row once columns are orbits: keep one of each
-        unique: dict[tuple, Row] = {}
+        unique: dict[tuple[Any, ...], tuple[dict[int, float], float, float]] = {}
         for coeffs, lower, upper in self.rows:
             merged: dict[int, float] = defaultdict(float)
             for key, coeff in coeffs.items():
@@ -202,24 +204,16 @@ class _FlowLP:
 
 
 def _solve_lp(num_cols: int, objective: int, rows: list[tuple[dict[int, float], float, float]]) -> float:
-    """min x[objective] s.t. lower <= row . x <= upper, x >= 0 (HiGHS)."""
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    inf = highspy.kHighsInf
-    h.addVars(num_cols, np.zeros(num_cols), np.full(num_cols, inf))
-    h.changeColCost(objective, 1.0)
-    starts, index, value = [], [], []
-    for coeffs, _, _ in rows:
-        starts.append(len(index))
-        index += list(coeffs)
-        value += list(coeffs.values())
-    h.addRows(len(rows), np.array([r[1] for r in rows]), np.array([r[2] for r in rows]), len(index),
-              np.array(starts, dtype=np.int32), np.array(index, dtype=np.int32), np.array(value, dtype=np.float64))
-    h.run()
-    status = h.getModelStatus()
-    if status != highspy.HighsModelStatus.kOptimal:
-        raise ImpossibleCollectiveError(f"the bandwidth bound LP did not solve ({h.modelStatusToString(status)})")
-    return float(h.getInfo().objective_function_value)
+    """min x[objective] s.t. lower <= row . x <= upper, x >= 0 (the one LP/MILP builder, solved by HiGHS)."""
+    model = MilpModel("bandwidth_bound")
+    model.add_columns(num_cols)
+    model.set_cost(objective, 1.0)
+    for coeffs, lower, upper in rows:
+        model.add_row("flow", list(coeffs), list(coeffs.values()), lo=lower, hi=upper)
+    result = model.solve("highs")
+    if result.status != "optimal" or result.objective is None:
+        raise ImpossibleCollectiveError(f"the bandwidth bound LP did not solve ({result.message or result.status})")
+    return float(result.objective)
 
 
 __all__ = ["Commodity", "ImpossibleCollectiveError", "data_paths", "lower_bound_rounds_per_chunk", "lower_bound_steps"]

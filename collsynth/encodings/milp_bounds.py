@@ -22,7 +22,7 @@ cross into N at least once over an *entry* arc (u, v), u outside N, v in N):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from collsynth.encodings.milp_instance import Arc, RoutingInstance, arc_adjacency, shortest_times
@@ -78,7 +78,8 @@ def chunk_heads(inst: RoutingInstance) -> dict[tuple[int, Arc], float]:
     return heads
 
 
-def _shortest_times(inst: RoutingInstance, c: int, starts, within: int | None = None) -> dict[int, float]:
+def _shortest_times(inst: RoutingInstance, c: int, starts: Iterable[int],
+                    within: int | None = None) -> dict[int, float]:
     """Dijkstra over chunk c's links (only links inside node `within` when given)."""
     arcs = [a for a in inst.chunks[c].arcs
             if within is None or (inst.node_of(a[0]) == within and inst.node_of(a[1]) == within)]

@@ -263,10 +263,10 @@ def _symmetry(topology: Topology, collective: Collective, sketch: Sketch, chunks
     for (offset, size), perm in generators:
         where = f"sketch field 'symmetry': [offset {offset}, group {size}]"
         for arc, cost in link_cost.items():
-            image = (perm[arc[0]], perm[arc[1]])
-            if image not in link_cost or abs(link_cost[image] - cost) > 1e-9 * max(1.0, cost):
+            arc_image = (perm[arc[0]], perm[arc[1]])
+            if arc_image not in link_cost or abs(link_cost[arc_image] - cost) > 1e-9 * max(1.0, cost):
                 raise SketchError(f"{where} is not a symmetry of the topology: link {arc[0]}->{arc[1]} maps to "
-                                  f"{image[0]}->{image[1]}, which is missing or costs differently")
+                                  f"{arc_image[0]}->{arc_image[1]}, which is missing or costs differently")
         for res in resources:
             if frozenset((perm[a], perm[b]) for a, b in res.links) not in res_sets:
                 raise SketchError(f"{where} is not a symmetry of the topology: switch/NIC {res.name!r} has no image")

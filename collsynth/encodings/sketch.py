@@ -147,35 +147,7 @@ class Sketch:
                         raise SketchError(f"sketch field 'intra_node.switches': ranks {a} and {b} are on one switch "
                                           f"but topology {topology.name!r} has no link {a}->{b}")
         if self.num_nodes > 1:
-            if self.inter_strategy is None:
-                raise SketchError("sketch field 'inter_node': a multi-node sketch needs an inter-node strategy "
-                                  "(relay)")
-            pairs = self.connection_pairs(gpus)
-            if not pairs:
-                raise SketchError("sketch field 'inter_node.connections': no connections; list at least one "
-                                  "[sender, receiver] pair")
-            for s, r in pairs:
-                if not (0 <= s < gpus and 0 <= r < gpus):
-                    raise SketchError(f"sketch field 'inter_node.connections': pair [{s}, {r}] names a local rank "
-                                      f"outside 0..{gpus - 1}")
-                if not topology.has_link(s, gpus + r):
-                    raise SketchError(f"sketch field 'inter_node.connections': topology {topology.name!r} has no "
-                                      f"link from rank {s} to rank {gpus + r} (node 0 -> node 1)")
-            senders = {s for s, _ in pairs}
-            covered: set[int] = set()
-            for s, gpus_of in self.senders:
-                if s not in senders:
-                    raise SketchError(f"sketch field 'inter_node.senders': GPU {s} is a sender but has no "
-                                      "inter-node connection")
-                bad = [g for g in gpus_of if not 0 <= g < gpus]
-                if bad:
-                    raise SketchError(f"sketch field 'inter_node.senders': local rank {bad[0]} is outside "
-                                      f"0..{gpus - 1}")
-                covered.update(gpus_of)
-            if self.senders and len(covered) != gpus:
-                missing = sorted(set(range(gpus)) - covered)
-                raise SketchError(f"sketch field 'inter_node.senders': GPUs {missing} have no sender, so their "
-                                  "chunks cannot leave the node; map every GPU to a sender")
+            self._check_inter_node(topology, gpus)
         if self.senders_first and not self.senders:
             raise SketchError("sketch field 'inter_node.senders_first' (enforce_ordering) needs 'senders' "
                               "(gpus_to_sender_rev_map)")
@@ -185,6 +157,38 @@ class Sketch:
             if offset >= size:
                 raise SketchError(f"sketch field 'symmetry': offset {offset} must be smaller than group size {size}")
         return gpus
+
+    def _check_inter_node(self, topology: Topology, gpus: int) -> None:
+        """The inter-node part of `check`: strategy, connections and senders."""
+        if self.inter_strategy is None:
+            raise SketchError("sketch field 'inter_node': a multi-node sketch needs an inter-node strategy "
+                              "(relay)")
+        pairs = self.connection_pairs(gpus)
+        if not pairs:
+            raise SketchError("sketch field 'inter_node.connections': no connections; list at least one "
+                              "[sender, receiver] pair")
+        for s, r in pairs:
+            if not (0 <= s < gpus and 0 <= r < gpus):
+                raise SketchError(f"sketch field 'inter_node.connections': pair [{s}, {r}] names a local rank "
+                                  f"outside 0..{gpus - 1}")
+            if not topology.has_link(s, gpus + r):
+                raise SketchError(f"sketch field 'inter_node.connections': topology {topology.name!r} has no "
+                                  f"link from rank {s} to rank {gpus + r} (node 0 -> node 1)")
+        senders = {s for s, _ in pairs}
+        covered: set[int] = set()
+        for s, gpus_of in self.senders:
+            if s not in senders:
+                raise SketchError(f"sketch field 'inter_node.senders': GPU {s} is a sender but has no "
+                                  "inter-node connection")
+            bad = [g for g in gpus_of if not 0 <= g < gpus]
+            if bad:
+                raise SketchError(f"sketch field 'inter_node.senders': local rank {bad[0]} is outside "
+                                  f"0..{gpus - 1}")
+            covered.update(gpus_of)
+        if self.senders and len(covered) != gpus:
+            missing = sorted(set(range(gpus)) - covered)
+            raise SketchError(f"sketch field 'inter_node.senders': GPUs {missing} have no sender, so their "
+                              "chunks cannot leave the node; map every GPU to a sender")
 
     # --- serialization --------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -12,7 +12,7 @@ Two models (plus the greedy ordering between them, `milp_ordering.py`):
    model shrinks by the order of the symmetry group. A switch sketch's few/many-connections wish is a
    second, lexicographic objective (distinct links, with T held at its optimum).
    The optimum is a lower bound on every schedule the sketch allows (no contention is modelled).
-2. Scheduling (`build_schedule_model`): exact start times for fixed routes and fixed orders on links
+2. Scheduling (`milp_schedule_model.build_schedule_model`): exact start times for fixed routes and fixed orders on links
    and budgets, and which consecutive inter-node transfers go together (binary g) to pay alpha once.
    Without inter-node links it is an LP. Its big-M is the makespan of the heuristic schedule (a valid
    upper bound on every start time), never a fixed 1e7.
@@ -20,20 +20,27 @@ Two models (plus the greedy ordering between them, `milp_ordering.py`):
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
+from networkx.utils import UnionFind  # type: ignore[import-untyped]
 
 from collsynth.core.errors import CollsynthError
 from collsynth.encodings.milp_instance import Arc, RoutingInstance, shortest_times
-from collsynth.encodings.milp_model import INF, MilpModel, ModelSize
-from collsynth.encodings.milp_ordering import COPY, Orders, ScheduleProblem, Timing, Transfer, join_candidates
+from collsynth.encodings.milp_model import INF, Lin, MilpModel
+from collsynth.encodings.milp_ordering import COPY, ScheduleProblem, Transfer
 
 # release-time rows per link / budget (see _release_subsets)
 MAX_RELEASE_ROWS = 6
+
+
+XCols = Mapping[tuple[int, Arc], int]  # (chunk, link) -> x column
+FlowCols = dict[tuple[int, int, Arc], int]  # (chunk, target, link) -> f column
+Times = Mapping[tuple[int, Arc], float]  # (chunk, link) -> earliest start there (head) / least time after (tail)
+BoundMakespan = Callable[..., None]  # (family, cols, coefs, const=0.0): adds const + expr <= T
 
 
 class RoutingError(CollsynthError):
@@ -46,187 +53,21 @@ class Routes:
     trees: tuple[tuple[Arc, ...], ...]
 
 
-# --- union-find over symmetric items --------------------------------------------------------------
+# --- orbits of symmetric items -------------------------------------------------------------------
 
-def _find(parent: list[int], i: int) -> int:
-    while parent[i] != i:
-        parent[i] = parent[parent[i]]
-        i = parent[i]
-    return i
-
-
-def _orbits(items: list, image) -> list[int]:
-    """Representative index of each item's orbit under the maps `image(item) -> iterable of items`."""
+def _orbits(items: list[Any], image: Callable[[Any], Iterable[Any]]) -> list[int]:
+    """Representative (lowest) index of each item's orbit under the maps `image(item) -> iterable of items`."""
     index = {it: i for i, it in enumerate(items)}
-    parent = list(range(len(items)))
+    sets = UnionFind(range(len(items)))
     for i, it in enumerate(items):
         for other in image(it):
-            j = index[other]
-            a, b = _find(parent, i), _find(parent, j)
-            if a != b:
-                parent[max(a, b)] = min(a, b)
-    return [_find(parent, i) for i in range(len(items))]
-
-
-# --- heuristic routes -------------------------------------------------------------------------
-
-def ring_links(inst: RoutingInstance) -> frozenset[Arc]:
-    """For switches that ask for few connections: a ring over each switch's ranks (in the sketch's order),
-    the fewest links that let every rank reach every other."""
-    gpus = inst.gpus_per_node
-    ring: set[Arc] = set()
-    for sw in inst.sketch.switches:
-        if sw.connections != "min":
-            continue
-        for node in range(inst.sketch.num_nodes):
-            ranks = [node * gpus + r for r in sw.ranks]
-            ring.update((a, b) for a, b in zip(ranks, ranks[1:] + ranks[:1], strict=True))
-    return frozenset(ring)
-
-
-def heuristic_routes(inst: RoutingInstance, prefer: frozenset[Arc] | None = None, *,
-                     congestion: bool = False, min_hops: bool = False, fanout: bool = False) -> tuple[Routes, bool]:
-    """Greedy trees, one chunk per symmetry orbit at a time, mapped onto the rest of the orbit.
-
-    Each tree is a shortest-time tree. Without `congestion` a link costs its transfer time (ties go to
-    lightly loaded links); with it, a link is also busy for the load that earlier trees (and this tree's
-    settled links) put on it and on its switch ports/NICs, so later chunks avoid crowded links. With
-    `prefer`, links of the sketch's few-connections switches are used only if they are in `prefer`
-    (when that still reaches every target). With `min_hops`, chunks move along minimum-hop paths only.
-    With `fanout`, each tree is instead a greedy broadcast that counts its own sends one at a time on
-    every link and budget (a rank behind one switch port informs one rank per transfer time, so a
-    chunk that reaches a node late spreads there by doubling rather than from one rank to all).
-    Returns (routes, symmetric): whether the routes respect the sketch's symmetry (so they can
-    warm-start the routing MILP)."""
-    sym = inst.symmetry
-    load: dict[tuple[str, object], float] = {}
-    trees: list[tuple[Arc, ...] | None] = [None] * len(inst.chunks)
-    symmetric = True
-    for c in range(len(inst.chunks)):
-        if trees[c] is not None:
-            continue
-        tree = None
-        hops = set(inst.chunks[c].hop_arcs) if min_hops else None
-        if fanout:
-            tree = _broadcast_tree(inst, c)
-        if tree is None and prefer is not None:
-            tree = _dijkstra_tree(inst, c, load, congestion, lambda a: a in prefer or a not in inst.unique_links)
-        if tree is None and hops is not None:
-            tree = _dijkstra_tree(inst, c, load, congestion, hops.__contains__)
-        if tree is None:
-            tree = _dijkstra_tree(inst, c, load, congestion)
-        assert tree is not None  # build_instance checked that every target is reachable
-        for g in range(sym.order):
-            image = sym.chunk_perms[g][c]
-            mapped = tuple(sorted(sym.map_arc(g, a) for a in tree))
-            if trees[image] is None:
-                trees[image] = mapped
-                for a in mapped:
-                    _add_load(inst, load, a)
-            elif trees[image] != mapped:
-                symmetric = False
-    return Routes(tuple(t or () for t in trees)), symmetric
-
-
-def _add_load(inst: RoutingInstance, load: dict, a: Arc) -> None:
-    cost = inst.link_cost[a]
-    load[("link", a)] = load.get(("link", a), 0.0) + cost
-    for r in inst.resources_of.get(a, ()):
-        load[("budget", r)] = load.get(("budget", r), 0.0) + cost
-
-
-def _busy(inst: RoutingInstance, load: Mapping, a: Arc) -> float:
-    busy = load.get(("link", a), 0.0)
-    for r in inst.resources_of.get(a, ()):
-        busy = max(busy, load.get(("budget", r), 0.0))
-    return busy
-
-
-def _dijkstra_tree(inst: RoutingInstance, c: int, load: Mapping, congestion: bool,
-                   allowed=None) -> tuple[Arc, ...] | None:
-    routes = inst.chunks[c]
-    out: dict[int, list[int]] = {}
-    for u, v in routes.arcs:
-        if allowed is None or allowed((u, v)):
-            out.setdefault(u, []).append(v)
-    local = dict(load)  # this tree's own settled links count too
-    best: dict[int, tuple[float, float]] = {s: (0.0, 0.0) for s in routes.sources}
-    parent: dict[int, int] = {}
-    heap: list[tuple[float, float, int, int]] = [(0.0, 0.0, s, -1) for s in routes.sources]
-    done: set[int] = set()
-    while heap:
-        t, l, u, via = heapq.heappop(heap)
-        if u in done:
-            continue
-        if via >= 0 and congestion:
-            # the link may have become busier since this entry was pushed: re-time it (times only grow)
-            again = max(best[via][0], _busy(inst, local, (via, u))) + inst.link_cost[(via, u)]
-            if again > t + 1e-12:
-                heapq.heappush(heap, (again, l, u, via))
-                continue
-        done.add(u)
-        if via >= 0:
-            parent[u] = via
-            best[u] = (t, l)
-            if congestion:
-                _add_load(inst, local, (via, u))
-        for v in out.get(u, ()):
-            if v in done:
-                continue
-            a = (u, v)
-            busy = _busy(inst, local, a)
-            begin = max(t, busy) if congestion else t
-            heapq.heappush(heap, (begin + inst.link_cost[a], l + busy, v, u))
-    arcs: set[Arc] = set()
-    if any(d not in best for d in routes.targets):
-        return None
-    for d in routes.targets:
-        v = d
-        while v not in routes.sources:
-            u = parent[v]
-            if (u, v) in arcs:
-                break
-            arcs.add((u, v))
-            v = u
-    return tuple(sorted(arcs))
-
-
-def _broadcast_tree(inst: RoutingInstance, c: int) -> tuple[Arc, ...] | None:
-    """Greedy broadcast of chunk c: repeatedly the send that completes first, given that this chunk's own
-    earlier sends keep their links and budgets busy (ties: targets first, then lowest ranks)."""
-    routes = inst.chunks[c]
-    out: dict[int, list[Arc]] = {}
-    for a in routes.arcs:
-        out.setdefault(a[0], []).append(a)
-    targets = set(routes.targets)
-    ready = {s: 0.0 for s in routes.sources}
-    free: dict[object, float] = {}
-    parent: dict[int, int] = {}
-    while not targets <= ready.keys():
-        best = None
-        for u in sorted(ready):
-            for a in out.get(u, ()):
-                if a[1] in ready:
-                    continue
-                keys = [("link", a)] + [("budget", r) for r in inst.resources_of.get(a, ())]
-                begin = max([ready[u]] + [free.get(k, 0.0) for k in keys])
-                cand = (begin + inst.link_cost[a], a[1] not in targets, a[1], u)
-                if best is None or cand < best[0]:
-                    best = (cand, a, keys, begin)
-        if best is None:
-            return None
-        (done, _, v, u), a, keys, _ = best
-        ready[v] = done
-        parent[v] = u
-        for k in keys:
-            free[k] = done
-    arcs: set[Arc] = set()
-    for d in routes.targets:
-        v = d
-        while v not in routes.sources and (parent[v], v) not in arcs:
-            arcs.add((parent[v], v))
-            v = parent[v]
-    return tuple(sorted(arcs))
+            sets.union(i, index[other])
+    representative = list(range(len(items)))
+    for members in sets.to_sets():
+        low = min(members)
+        for i in members:
+            representative[i] = low
+    return representative
 
 
 def check_routes(inst: RoutingInstance, routes: Routes) -> Routes:
@@ -318,7 +159,7 @@ def build_routing_model(inst: RoutingInstance, *, upper_bound: float | None = No
                         MappingProxyType(unique_col), makespan, tuple(makespan_rows), MappingProxyType(orbits))
 
 
-def _receive_once(model: MilpModel, inst: RoutingInstance, x_col, chunk_reps: list[int]) -> None:
+def _receive_once(model: MilpModel, inst: RoutingInstance, x_col: XCols, chunk_reps: list[int]) -> None:
     # sum_{a into d} x[c,a] = 1 for each target d of c; <= 1 for ranks that only relay c
     for c in chunk_reps:
         ch = inst.chunks[c]
@@ -328,12 +169,12 @@ def _receive_once(model: MilpModel, inst: RoutingInstance, x_col, chunk_reps: li
         targets = set(ch.targets)
         for v, cols in into.items():
             if v in targets:
-                model.add_row("receive_once", cols, [1.0] * len(cols), lo=1.0, hi=1.0)
+                model.add_eq("receive_once", Lin.total(cols), 1.0)
             elif len(cols) > 1:
-                model.add_row("relay_receives_once", cols, [1.0] * len(cols), hi=1.0)
+                model.add_le("relay_receives_once", Lin.total(cols), 1.0)
 
 
-def _send_only_held(model: MilpModel, inst: RoutingInstance, x_col, chunk_reps: list[int]) -> None:
+def _send_only_held(model: MilpModel, inst: RoutingInstance, x_col: XCols, chunk_reps: list[int]) -> None:
     # x[c,(u,v)] <= sum_{a into u} x[c,a] for u not a source of c
     for c in chunk_reps:
         ch = inst.chunks[c]
@@ -345,11 +186,11 @@ def _send_only_held(model: MilpModel, inst: RoutingInstance, x_col, chunk_reps: 
             u = a[0]
             if u in sources:
                 continue
-            cols = into.get(u, [])
-            model.add_row("send_only_held", [x_col[(c, a)]] + cols, [1.0] + [-1.0] * len(cols), hi=0.0)
+            model.add_le("send_only_held", Lin.of(x_col[(c, a)]), Lin.total(into.get(u, [])))
 
 
-def _path_flows(model: MilpModel, inst: RoutingInstance, x_col, chunk_reps: list[int], bound_makespan):
+def _path_flows(model: MilpModel, inst: RoutingInstance, x_col: XCols, chunk_reps: list[int],
+                bound_makespan: BoundMakespan) -> FlowCols:
     # in_f(v) - out_f(v) = [v == d] at non-sources; f[c,d,a] <= x[c,a]; sum_a cost_a f[c,d,a] <= T
     flow_col: dict[tuple[int, int, Arc], int] = {}
     for c in chunk_reps:
@@ -358,19 +199,15 @@ def _path_flows(model: MilpModel, inst: RoutingInstance, x_col, chunk_reps: list
         for d in ch.targets:
             arcs = ch.paths_to[d]
             cols = model.add_columns(len(arcs), lb=0.0, ub=1.0)
-            balance: dict[int, tuple[list[int], list[float]]] = {}
+            balance: dict[int, Lin] = {}  # v -> in_f(v) - out_f(v)
             for col, a in zip(cols, arcs, strict=True):
                 flow_col[(c, d, a)] = col
-                model.add_row("flow_within_route", [col, x_col[(c, a)]], [1.0, -1.0], hi=0.0)
+                model.add_le("flow_within_route", Lin.of(col), Lin.of(x_col[(c, a)]))
                 for v, sign in ((a[1], 1.0), (a[0], -1.0)):
-                    if v in sources:
-                        continue
-                    entry = balance.setdefault(v, ([], []))
-                    entry[0].append(col)
-                    entry[1].append(sign)
-            for v, (bcols, coefs) in balance.items():
-                rhs = 1.0 if v == d else 0.0
-                model.add_row("flow_conservation", bcols, coefs, lo=rhs, hi=rhs)
+                    if v not in sources:
+                        balance[v] = balance.get(v, Lin({})) + Lin.of(col, sign)
+            for v, net in balance.items():
+                model.add_eq("flow_conservation", net, 1.0 if v == d else 0.0)
             bound_makespan("arrival_before_makespan", list(cols), [inst.link_cost[a] for a in arcs])
     return flow_col
 
@@ -401,9 +238,10 @@ def _head_tail(inst: RoutingInstance) -> tuple[dict[tuple[int, Arc], float], dic
     return head, tail
 
 
-def _release_subsets(jobs: list[tuple[float, float, int, float]], limit: int = MAX_RELEASE_ROWS):
+def _release_subsets(jobs: list[tuple[float, float, int, float]],
+                     limit: int = MAX_RELEASE_ROWS) -> Iterator[tuple[float, list[int], list[float], int]]:
     """For jobs (head, tail, column, coefficient) sharing one link or budget: the subsets "every job
-    released at or after h", for up to `limit` thresholds h. Each yields (h + least tail, cols, coefs):
+    released at or after h", for up to `limit` thresholds h. Each yields (h + least tail, cols, coefs, count):
     such jobs all start after h and run one at a time, so h + their total time + a tail <= T."""
     heads = sorted({h for h, *_ in jobs})
     if len(heads) > limit:
@@ -413,7 +251,8 @@ def _release_subsets(jobs: list[tuple[float, float, int, float]], limit: int = M
         yield h + min(j[1] for j in members), [j[2] for j in members], [j[3] for j in members], len(members)
 
 
-def _link_load(model: MilpModel, inst: RoutingInstance, x_col, rep_arcs: list[Arc], head, tail, bound_makespan):
+def _link_load(model: MilpModel, inst: RoutingInstance, x_col: XCols, rep_arcs: list[Arc], head: Times,
+               tail: Times, bound_makespan: BoundMakespan) -> dict[Arc, int]:
     # for each release time h of the chunks that may cross l: h + sum_{c: head_c >= h} cost_l x[c,l] + tail <= T;
     # inter-node links, whose chunks may go K at a time, use alpha_l / K + beta_l per chunk, and also
     # head + alpha_l used_l + beta_l sum_c x[c,l] + tail <= T with used_l >= x[c,l]
@@ -438,7 +277,7 @@ def _link_load(model: MilpModel, inst: RoutingInstance, x_col, rep_arcs: list[Ar
             for g in range(sym.order):
                 used_col[sym.map_arc(g, a)] = used
             for col in {col for _, col in pairs}:
-                model.add_row("link_used", [col, used], [1.0, -1.0], hi=0.0)
+                model.add_le("link_used", Lin.of(col), Lin.of(used))
             const = min(head[(c, a)] for c, _ in pairs) + min(tail[(c, a)] for c, _ in pairs)
             cols = [col for _, col in pairs]
             bound_makespan("link_load_alpha_once", [used] + cols,
@@ -446,7 +285,8 @@ def _link_load(model: MilpModel, inst: RoutingInstance, x_col, rep_arcs: list[Ar
     return used_col
 
 
-def _budget_load(model: MilpModel, inst: RoutingInstance, x_col, used_col, head, tail, bound_makespan) -> None:
+def _budget_load(model: MilpModel, inst: RoutingInstance, x_col: XCols, used_col: Mapping[Arc, int], head: Times,
+                 tail: Times, bound_makespan: BoundMakespan) -> None:
     # as link_load, over all links of a switch port / NIC S: h + sum_{l in S} sum_{c: head >= h} cost x + tail <= T
     users: dict[Arc, list[tuple[int, int]]] = {}
     for (c, a), col in x_col.items():
@@ -470,7 +310,8 @@ def _budget_load(model: MilpModel, inst: RoutingInstance, x_col, used_col, head,
                 bound_makespan("budget_load", cols, coefs, const)
 
 
-def _fanout_after_arrival(model: MilpModel, inst: RoutingInstance, x_col, flow_col, chunk_reps, bound_makespan):
+def _fanout_after_arrival(model: MilpModel, inst: RoutingInstance, x_col: XCols, flow_col: FlowCols,
+                          chunk_reps: list[int], bound_makespan: BoundMakespan) -> None:
     # arrival(c,u) + sum_{(u,v) in S} cost x[c,(u,v)] <= T for each out-port S of a rank u that receives c
     out_ports: dict[int, list] = {}
     for res in inst.resources:
@@ -492,7 +333,8 @@ def _fanout_after_arrival(model: MilpModel, inst: RoutingInstance, x_col, flow_c
                 bound_makespan("fanout_after_arrival", cols, coefs)
 
 
-def _unique_links(model: MilpModel, inst: RoutingInstance, x_col, flow_col, chunk_reps):
+def _unique_links(model: MilpModel, inst: RoutingInstance, x_col: XCols, flow_col: FlowCols,
+                  chunk_reps: list[int]) -> tuple[dict[Arc, int], dict[int, int]]:
     # min: u_o >= x[c,l] for l in link orbit o;  max: u_o <= sum_c x[c,l], and x[c,a] <= sum_d f[c,d,a]
     # so that no link is used just to be counted. One u per symmetry orbit of links (the routes are
     # symmetric, so are the links they use); the objective on them is set by set_connections_objective.
@@ -521,16 +363,15 @@ def _unique_links(model: MilpModel, inst: RoutingInstance, x_col, flow_col, chun
         u = orbit_col[i]
         if inst.unique_policy == "min":
             for col in sorted(set(users[a])):
-                model.add_row("unique_link_used", [col, u], [1.0, -1.0], hi=0.0)
+                model.add_le("unique_link_used", Lin.of(col), Lin.of(u))
         else:
-            distinct = sorted(set(users[a]))
-            model.add_row("unique_link_counted", [u] + distinct, [1.0] + [-1.0] * len(distinct), hi=0.0)
+            model.add_le("unique_link_counted", Lin.of(u), Lin.total(sorted(set(users[a]))))
     if inst.unique_policy == "max":
         for c in chunk_reps:
             ch = inst.chunks[c]
             for a in ch.arcs:
                 flows = [flow_col[(c, d, a)] for d in ch.targets if (c, d, a) in flow_col]
-                model.add_row("no_stray_links", [x_col[(c, a)]] + flows, [1.0] + [-1.0] * len(flows), hi=0.0)
+                model.add_le("no_stray_links", Lin.of(x_col[(c, a)]), Lin.total(flows))
     return unique_col, {orbit_col[r]: orbit_size[r] for r in orbit_col}
 
 
@@ -622,153 +463,3 @@ def _tree_order(sources: tuple[int, ...], tree: tuple[Arc, ...]) -> list[Arc]:
             order.append((u, v))
             stack.append(v)
     return order
-
-
-# --- 3. scheduling / contiguity model ------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ScheduleModel:
-    model: MilpModel
-    start_col: tuple[int, ...]
-    join_col: Mapping[int, int]  # transfer -> binary "sent together with the one before it on its link"
-    makespan_col: int
-    acc_col: Mapping[int, int]  # transfer -> time its data has been pushed (inter-node candidates only)
-    arr_col: Mapping[int, int]  # transfer -> time its group arrives
-
-
-def build_schedule_model(problem: ScheduleProblem, orders: Orders, upper_bound: float) -> ScheduleModel:
-    """Exact times for fixed orders, and which inter-node transfers go together (module docstring, 2)."""
-    n = len(problem.transfers)
-    model = MilpModel("schedule")
-    big_m = upper_bound * (1.0 + 1e-6) + 1e-6
-    start = model.add_columns(n, lb=0.0, ub=big_m)
-    makespan = model.add_columns(1, lb=0.0, ub=big_m, cost=1.0)[0]
-    candidates = join_candidates(problem, orders)
-    join_col: dict[int, int] = {}
-    for _, nxt in candidates:
-        join_col[nxt] = model.add_binaries(1)[0]
-    # group-capable transfers get acc (data pushed) and arr (group arrives) columns
-    grouped = sorted({t for pair in candidates for t in pair})
-    acc: dict[int, int] = {}
-    arr: dict[int, int] = {}
-    for t in grouped:
-        acc[t] = model.add_columns(1, lb=0.0, ub=big_m)[0]
-        arr[t] = model.add_columns(1, lb=0.0, ub=big_m)[0]
-
-    def arrival(t: int) -> tuple[list[int], list[float], float]:
-        # arrival(t) as (cols, coefs, constant)
-        if t in arr:
-            return [arr[t]], [1.0], 0.0
-        return [start[t]], [1.0], problem.cost(t)
-
-    def end(t: int) -> tuple[list[int], list[float], float]:
-        if t in acc:
-            return [acc[t]], [1.0], 0.0
-        return [start[t]], [1.0], problem.cost(t)
-
-    _wait_for_inputs(model, problem, start, arrival)
-    _link_order(model, problem, orders, start, end, join_col, big_m)
-    _group_accumulates(model, problem, orders, start, acc, arr, join_col, big_m)
-    _max_together(model, problem, orders, join_col)
-    _budget_order(model, orders, start, end, join_col, big_m)
-    _schedule_makespan(model, problem, makespan, arrival)
-    return ScheduleModel(model, tuple(start), MappingProxyType(join_col), makespan, MappingProxyType(acc),
-                         MappingProxyType(arr))
-
-
-def _wait_for_inputs(model, problem: ScheduleProblem, start, arrival) -> None:
-    # start[t] >= arrival[d] for each dependency d of t
-    for t, tr in enumerate(problem.transfers):
-        for d in tr.deps:
-            cols, coefs, const = arrival(d)
-            model.add_row("wait_for_inputs", [start[t]] + cols, [1.0] + [-c for c in coefs], lo=const)
-
-
-def _link_order(model, problem: ScheduleProblem, orders: Orders, start, end, join_col, big_m: float) -> None:
-    # start[next] >= end[prev] - M g;  start[next] >= start[prev];  start[next] <= start[prev] + M (1 - g)
-    for seq in orders.links.values():
-        for prev, nxt in zip(seq, seq[1:], strict=False):
-            cols, coefs, const = end(prev)
-            g = join_col.get(nxt)
-            if g is None:
-                model.add_row("link_order", [start[nxt]] + cols, [1.0] + [-c for c in coefs], lo=const)
-                continue
-            model.add_row("link_order", [start[nxt]] + cols + [g], [1.0] + [-c for c in coefs] + [big_m], lo=const)
-            model.add_row("link_order_monotone", [start[nxt], start[prev]], [1.0, -1.0], lo=0.0)
-            model.add_row("together_start_together", [start[nxt], start[prev], g], [1.0, -1.0, big_m], hi=big_m)
-
-
-def _group_accumulates(model, problem: ScheduleProblem, orders: Orders, start, acc, arr, join_col, big_m) -> None:
-    # acc[t] >= start[t] + alpha + beta; acc[next] >= acc[prev] + beta; arr[t] >= acc[t];
-    # arr[prev] >= arr[next] - M (1 - g)   (a group arrives when its last chunk does)
-    for t, col in acc.items():
-        model.add_row("group_accumulates", [col, start[t]], [1.0, -1.0], lo=problem.cost(t))
-        model.add_row("group_arrives_together", [arr[t], col], [1.0, -1.0], lo=0.0)
-    for seq in orders.links.values():
-        for prev, nxt in zip(seq, seq[1:], strict=False):
-            g = join_col.get(nxt)
-            if g is None:
-                continue
-            beta = problem.beta[problem.transfers[nxt].arc]
-            model.add_row("group_accumulates", [acc[nxt], acc[prev]], [1.0, -1.0], lo=beta)
-            model.add_row("group_arrives_together", [arr[prev], arr[nxt], g], [1.0, -1.0, -big_m], lo=-big_m)
-
-
-def _max_together(model, problem: ScheduleProblem, orders: Orders, join_col) -> None:
-    # sum of K consecutive joins <= K - 1 (at most K chunks in one transfer)
-    k = problem.max_together
-    for seq in orders.links.values():
-        run = [join_col.get(t) for t in seq[1:]]
-        for i in range(len(run) - k + 1):
-            window = run[i:i + k]
-            if all(g is not None for g in window):
-                model.add_row("max_together", list(window), [1.0] * k, hi=k - 1)
-
-
-def _budget_order(model, orders: Orders, start, end, join_col, big_m: float) -> None:
-    # start[b] >= end[a] - M g  for consecutive (a, b) on a switch port / NIC (g: a and b go together)
-    for seq in orders.resources:
-        for prev, nxt in zip(seq, seq[1:], strict=False):
-            cols, coefs, const = end(prev)
-            g = join_col.get(nxt)
-            if g is not None:
-                model.add_row("budget_order", [start[nxt]] + cols + [g], [1.0] + [-c for c in coefs] + [big_m],
-                              lo=const)
-            else:
-                model.add_row("budget_order", [start[nxt]] + cols, [1.0] + [-c for c in coefs], lo=const)
-
-
-def _schedule_makespan(model, problem: ScheduleProblem, makespan: int, arrival) -> None:
-    # arrival[t] <= T
-    for t in range(len(problem.transfers)):
-        cols, coefs, const = arrival(t)
-        model.add_row("makespan", [makespan] + cols, [1.0] + [-c for c in coefs], lo=const)
-
-
-def schedule_start(problem: ScheduleProblem, sm: ScheduleModel, orders: Orders, timing: Timing) -> np.ndarray:
-    """The model point of an evaluated schedule (its joins must be among the model's candidates)."""
-    x = np.zeros(sm.model.num_columns)
-    for t, col in enumerate(sm.start_col):
-        x[col] = timing.start[t]
-    x[sm.makespan_col] = timing.makespan
-    for t, col in sm.join_col.items():
-        x[col] = 1.0 if t in orders.joins else 0.0
-    for seq in orders.links.values():
-        pushed = 0.0
-        for t in seq:
-            tr_beta = problem.beta[problem.transfers[t].arc]
-            # data pushed: a group's k-th chunk is out alpha + k * beta after the group starts
-            pushed = pushed + tr_beta if t in orders.joins else timing.start[t] + problem.cost(t)
-            if t in sm.acc_col:
-                x[sm.acc_col[t]] = pushed
-            if t in sm.arr_col:
-                x[sm.arr_col[t]] = timing.arrival[t]
-    return x
-
-
-def joins_from_solution(sm: ScheduleModel, values: np.ndarray) -> frozenset[int]:
-    return frozenset(t for t, col in sm.join_col.items() if values[col] > 0.5)
-
-
-def model_size(model: MilpModel) -> ModelSize:
-    return model.size()

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any
 
 from collsynth.core.enums import Status
@@ -24,10 +24,31 @@ class StageReport:
     seconds: float
     outcome: str  # e.g. "improved 812.4 -> 790.1 us", "skipped: at the bound", "budget spent"
     objective: float | None = None  # the best objective after the stage (us for timed schedules)
+    # solver stages (MILP): the solver's status (optimal | feasible | ... | skipped), its proven bound and
+    # relative gap, the solver, the model's size (encodings' ModelSize), the objective's unit
+    status: str = ""
+    bound: float | None = None
+    gap: float | None = None
+    solver: str = ""
+    size: Any = None
+    note: str = ""
+    unit: str = "us"
+    budget_cut: bool = False  # the budget cut this stage short or skipped it
 
     def __str__(self) -> str:
         value = f" -> {self.objective:.3f}" if self.objective is not None else ""
         return f"{self.name}: {self.outcome} ({self.seconds:.2f} s){value}"
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"stage": self.name, "seconds": round(self.seconds, 4),
+                                "status": self.status or self.outcome, "solver": self.solver,
+                                "objective": self.objective, "bound": self.bound, "unit": self.unit, "gap": self.gap,
+                                "note": self.note, "budget_cut": self.budget_cut}
+        if is_dataclass(self.size) and not isinstance(self.size, type):
+            model = asdict(self.size)
+            model["families"] = dict(model.get("families", ()))
+            data["model"] = model
+        return data
 
 
 @dataclass(frozen=True)

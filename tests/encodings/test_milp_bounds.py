@@ -5,10 +5,12 @@ import pytest
 from collsynth.collectives import make_collective
 from collsynth.encodings.milp_bounds import best_sketch_bound, sketch_lower_bounds
 from collsynth.encodings.milp_instance import build_instance
-from collsynth.encodings.milp_ordering import RULES, best_list_schedule, evaluate, greedy_joins, pattern_joins
+from collsynth.encodings.milp_ordering import evaluate
 from collsynth.encodings.sketch import Sketch, SwitchSketch
-from collsynth.encodings.taccl_milp import heuristic_routes, transfers_from_routes
+from collsynth.encodings.taccl_milp import transfers_from_routes
 from collsynth.synth.milp import synthesize_milp
+from collsynth.synth.milp.ordering import RULES, best_list_schedule, greedy_joins, pattern_joins
+from collsynth.synth.milp.routing import heuristic_routes
 from collsynth.topologies.taccl import load_taccl_profile
 
 MB = 1 << 20

@@ -7,19 +7,16 @@ import pytest
 from collsynth.collectives import make_collective
 from collsynth.encodings.milp_bounds import best_sketch_bound, group_spread_time
 from collsynth.encodings.milp_instance import build_instance
-from collsynth.encodings.milp_ordering import best_list_schedule, evaluate, pattern_trials
-from collsynth.encodings.milp_spread import (
-    SpreadProblem,
-    _map_spread,
-    cut_estimate,
-    respread_groups,
-    solve_spread,
-    spread_window,
-)
+from collsynth.encodings.milp_ordering import evaluate
+from collsynth.encodings.milp_spread import SpreadProblem, solve_spread, spread_window
 from collsynth.encodings.sketch import sketch_from_taccl
-from collsynth.encodings.taccl_milp import check_routes, heuristic_routes, transfers_from_routes
+from collsynth.encodings.taccl_milp import check_routes, transfers_from_routes
 from collsynth.schedule.verify import verify
 from collsynth.synth.milp import synthesize_milp
+from collsynth.synth.milp.ordering import best_list_schedule, pattern_trials
+from collsynth.synth.milp.parameters import GROUP_SPREAD
+from collsynth.synth.milp.routing import heuristic_routes
+from collsynth.synth.milp.spread import _map_spread, cut_estimate, respread_groups
 from collsynth.topologies.taccl import load_taccl_profile
 
 KB = 1 << 10
@@ -118,11 +115,11 @@ def test_ndv2_two_nodes_64kb_reaches_the_sketch_bound():
     topo, sketch, inst = _ndv2()
     bound = best_sketch_bound(inst)
     assert bound.value == pytest.approx(3 * 2.6 + 8 * 6.5625 + DOUBLE + SINGLE)
-    result = synthesize_milp(topo, "allgather", sketch, 64 * KB, solver="highs", time_limit=60)
+    result = synthesize_milp(topo, "allgather", sketch, 64 * KB, solver="highs")  # no budget: deterministic
     verify(result.algorithm)
     assert result.predicted_us == pytest.approx(bound.value, abs=1e-6)
     assert result.gap == pytest.approx(0.0, abs=1e-6)
-    stage = next(s for s in result.stages if s.name == "group spread")
+    stage = next(s for s in result.stages if s.name == GROUP_SPREAD)
     assert "improved" in stage.note
 
 

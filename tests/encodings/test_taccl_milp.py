@@ -9,32 +9,27 @@ from hypothesis import strategies as st
 
 from collsynth.collectives import make_collective
 from collsynth.encodings.milp_instance import build_instance
-from collsynth.encodings.milp_model import MilpModel
+from collsynth.encodings.milp_model import Lin, MilpModel
 from collsynth.encodings.milp_ordering import (
-    RULES,
     Orders,
     ScheduleError,
     ScheduleProblem,
     Transfer,
-    best_list_schedule,
     evaluate,
-    greedy_joins,
-    list_schedule,
 )
+from collsynth.encodings.milp_schedule_model import build_schedule_model, joins_from_solution, schedule_start
 from collsynth.encodings.sketch import Sketch, SwitchSketch
 from collsynth.encodings.taccl_milp import (
     Routes,
     build_routing_model,
-    build_schedule_model,
-    heuristic_routes,
-    joins_from_solution,
     routes_from_solution,
     routing_start,
-    schedule_start,
     set_connections_objective,
     set_makespan_objective,
     transfers_from_routes,
 )
+from collsynth.synth.milp.ordering import RULES, best_list_schedule, greedy_joins, list_schedule
+from collsynth.synth.milp.routing import heuristic_routes
 from collsynth.topologies import Link, Topology, fully_connected, ring
 from collsynth.topologies.taccl import load_taccl_profile
 
@@ -270,3 +265,19 @@ def test_schedule_milp_joins_inter_node_chunks():
     joined = evaluate(problem, Orders(orders.links, orders.resources, joins_from_solution(sm, result.values)))
     assert joined.makespan == pytest.approx(result.objective)
     assert joined.makespan < timing.makespan  # two chunks cross each IB link, alpha paid once
+
+
+def test_rows_written_as_expressions_are_the_rows_they_read_as():
+    # t >= 2 x + 0.5 and x + y <= 1.5 - y, minimise t with x >= 1: t = 2.5, and the rows are what they say
+    model = MilpModel("lin")
+    x, y = model.add_columns(2, lb=0.0, ub=10.0)
+    t = model.add_columns(1, cost=1.0)[0]
+    model.set_bounds(x, 1.0, 10.0)
+    model.add_ge("makespan", Lin.of(t), Lin.of(x, 2.0) + 0.5)
+    model.add_le("budget", Lin.of(x) + Lin.of(y), Lin.of(y, -1.0) + 1.5)
+    assert model.size().families == (("makespan", 1), ("budget", 1))
+    result = model.solve("highs")
+    assert result.status == "optimal" and result.objective == pytest.approx(2.5)
+    assert model.violation(np.array([1.0, 0.5, 2.5])) > 1e-6  # x + 2y = 2 > 1.5
+    assert model.violation(np.array([1.0, 0.25, 2.5])) <= 1e-9
+    assert (Lin.total([x, x, y]) - Lin.of(y) * 2.0).terms == {x: 2.0, y: -1.0}

@@ -1,13 +1,23 @@
-"""The MILP synthesis pipeline (collsynth/synth/milp.py), its report and timeline."""
+"""The MILP synthesis pipeline (collsynth/synth/milp/), its result, report and timeline."""
 
 import json
 
 import pytest
 
+from collsynth.core.enums import Status
 from collsynth.encodings.sketch import Sketch, SketchError, SwitchSketch, sketch_from_taccl
 from collsynth.schedule import verify
 from collsynth.schedule.algorithm import REDUCE, Algorithm
+from collsynth.schedule.result import SynthesisResult
 from collsynth.synth.milp import MilpSynthesisError, synthesize_milp, write_report
+from collsynth.synth.milp.parameters import (
+    DEFAULT_PARAMETERS,
+    ROUTING_LINKS_MILP,
+    ROUTING_MILP,
+    SCHEDULE_MILP,
+    SKIPPED,
+)
+from collsynth.synth.milp.runner import Clock
 from collsynth.synth.timeline import timeline_text
 from collsynth.topologies import fully_connected, ring
 from collsynth.topologies.taccl import load_taccl_profile
@@ -36,10 +46,14 @@ def test_ndv2_allgather_matches_taccl_1mb(solver):
     # TACCL (Gurobi): routing objective 69, final schedule 92, in its invbw cost units
     topo = load_taccl_profile(NDV2_1MB, name="ndv2", taccl_costs=True)
     result = synthesize_milp(topo, "allgather", sketch_from_taccl(SK1_NDV2_N1), MB, solver=solver, time_limit=60)
-    routing = next(s for s in result.stages if s.name == "routing MILP")
+    routing = next(s for s in result.stages if s.name == ROUTING_MILP)
     assert routing.status == "optimal" and routing.objective == pytest.approx(69.0)
     assert result.lower_bound_us == pytest.approx(69.0)
     assert result.predicted_us <= 92.0 + 1e-6
+    # the common result: proven optimal (schedule at the routing bound), bound in us, one verified algorithm
+    assert isinstance(result, SynthesisResult) and result.synthesizer == "milp" and result.bound_kind == "time_us"
+    assert result.status == Status.OPTIMAL and result.bound == pytest.approx(result.predicted_us)
+    assert result.algorithms == (result.best,) and result.algorithm is result.best
     verify(result.algorithm)
     assert all(start is not None and dur > 0 for start, dur in _times(result.algorithm))
     assert max(s + d for s, d in _times(result.algorithm)) == pytest.approx(result.predicted_us)
@@ -87,10 +101,10 @@ def test_two_nodes_relay_and_send_together():
     assert result.gap is not None and result.gap < 0.25
     # sends on one IB link that share a start time went together (alpha paid once)
     starts = [s.start_us for s in ib if s.src == 0]
-    schedule = next(s for s in result.stages if s.name.startswith("schedule"))
+    schedule = next(s for s in result.stages if s.name.startswith(SCHEDULE_MILP))
     # the scheduling MILP chooses the joins, unless a schedule already at the sketch bound skips it
     assert (schedule.size is not None and schedule.size.integer_columns > 0) or (
-        schedule.status == "skipped" and result.gap == pytest.approx(0.0, abs=1e-6))
+        schedule.status == SKIPPED and result.gap == pytest.approx(0.0, abs=1e-6))
     assert len(starts) == 4
 
 
@@ -116,7 +130,7 @@ def test_time_limit_is_the_budget_of_the_whole_run(solver):
     assert elapsed < budget + 45
     assert result.lower_bound_us is not None and result.lower_bound_us <= result.predicted_us + 1e-9
     # the scheduling MILP alone needs far more than 3 s, so the budget binds
-    assert result.time_limited
+    assert result.time_limited and result.status == Status.TIMEOUT
     assert "for the whole run" in result.summary()
     assert result.algorithm.provenance["time_limited"] == result.time_limited
 
@@ -130,7 +144,7 @@ def test_a_stage_already_at_the_bound_is_skipped():
     result = synthesize_milp(topo, "allgather", sketch, MB, solver="highs", time_limit=30)
     verify(result.algorithm)
     statuses = {s.name: s.status for s in result.stages}
-    assert statuses["routing MILP"] == "skipped" and statuses["schedule MILP"] == "skipped"
+    assert statuses[ROUTING_MILP] == SKIPPED and statuses[SCHEDULE_MILP] == SKIPPED
     assert result.gap == 0.0 and not result.time_limited
 
 
@@ -192,8 +206,8 @@ def test_dgx2_one_node_matches_taccls_objective(solver):
     # TACCL: 465.16 in x100 units = 4.65 us makespan + 0.01 x 16 distinct links (a ring)
     topo = load_taccl_profile(DGX2_1KB, name="dgx2", taccl_costs=True)
     result = synthesize_milp(topo, "allgather", sketch_from_taccl(SK1_DGX2_N1), 1024, solver=solver, time_limit=60)
-    routing = next(s for s in result.stages if s.name == "routing MILP")
-    links = next(s for s in result.stages if s.name.startswith("routing MILP ("))
+    routing = next(s for s in result.stages if s.name == ROUTING_MILP)
+    links = next(s for s in result.stages if s.name == ROUTING_LINKS_MILP)
     assert routing.objective == pytest.approx(4.65) and routing.status == "optimal"
     assert links.objective == pytest.approx(16) and links.status == "optimal"
     assert result.predicted_us == pytest.approx(4.65)
@@ -206,22 +220,26 @@ def test_dgx2_one_node_matches_taccls_objective(solver):
 def test_ndv2_two_nodes_close_to_the_bound(solver, collective):
     topo = load_taccl_profile(NDV2_1MB, name="ndv2", num_nodes=2)
     result = synthesize_milp(topo, collective, sketch_from_taccl(SK1_NDV2_N2), MB, solver=solver, time_limit=60)
-    routing = next(s for s in result.stages if s.name == "routing MILP")
+    routing = next(s for s in result.stages if s.name == ROUTING_MILP)
     assert routing.gap is not None and routing.gap <= 0.02
     assert result.gap is not None and result.gap <= 0.02
     verify(result.algorithm)
 
 
 def test_a_spent_budget_skips_later_milp_stages():
-    """_Clock.spent: a stage that cannot have MIN_STAGE_SECONDS before its reserve (CBC's stop grace
-    included) is skipped, while the routing MILP's limit still gets the minimum."""
-    import time
+    """Clock.spent: a stage that cannot have min_stage_seconds before its reserve (CBC's stop grace
+    included) is skipped, while the routing MILP's limit still gets the minimum. The clock reads an
+    injected time, so nothing here waits or depends on the machine's speed."""
+    minimum = DEFAULT_PARAMETERS.min_stage_seconds
 
-    from collsynth.synth.milp import MIN_STAGE_SECONDS, _Clock
+    def clock(elapsed: float, total: float | None, grace: float = 0.0) -> Clock:
+        return Clock(100.0, total, grace, minimum, now=lambda: 100.0 + elapsed)
 
-    now = time.perf_counter()
-    assert _Clock(now, 10.0, "highs").spent(0.03) is False
-    assert _Clock(now, 10.0, "cbc").spent(0.5) is True  # 5 s left less 6 s of CBC grace
-    assert _Clock(now - 20.0, 10.0, "highs").spent(0.0) is True
-    assert _Clock(now - 20.0, 10.0, "highs").stage_limit(0.0) == MIN_STAGE_SECONDS
-    assert _Clock(now, None, "cbc").spent(0.5) is False
+    assert clock(0.0, 10.0).spent(0.03) is False
+    assert clock(0.0, 10.0, grace=6.0).spent(0.5) is True  # 5 s left less 6 s of CBC grace
+    assert clock(20.0, 10.0).spent(0.0) is True
+    assert clock(20.0, 10.0).stage_limit(0.0) == minimum
+    assert clock(2.0, 10.0).stage_limit(0.25) == pytest.approx(10.0 - 2.0 - 2.5)
+    assert clock(0.0, None, grace=6.0).spent(0.5) is False and clock(0.0, None).stage_limit(0.5) is None
+    assert clock(7.0, 10.0).deadline(0.25) == pytest.approx(107.5) and not clock(7.0, 10.0).past(107.5)
+    assert clock(8.0, 10.0).past(107.5)
