@@ -24,7 +24,10 @@ _OPTION_NAMES = frozenset(f.name for f in fields(ProgramOptions))
 def compile_program(program: Program, **options: Any) -> Algo:
     """Program -> MSCCL-IR. Keyword options override the program's own: any ProgramOptions field
     (instr_fusion, threadblock_policy, interleaved_replication, aggregate, check, dependence_nop) and
-    `instances` / `protocol`."""
+    `instances` / `protocol`; and `pair_threadblocks` (default True: a plain send shares the threadblock that
+    received its data or that receives from its peer; False: one threadblock per connection side, so that
+    no transfer waits behind an unrelated one of another connection)."""
+    pair = bool(options.pop("pair_threadblocks", True))
     program = with_options(program, **options)
     opts = program.options
     with _collector_paused():
@@ -33,7 +36,7 @@ def compile_program(program: Program, **options: Any) -> Algo:
             dag = aggregate_contiguous(dag, contiguous_io=program.instances == 1 or not opts.interleaved_replication)
         if opts.instr_fusion:
             dag = fuse_instructions(dag)
-        placed = assign_threadblocks(schedule(assign_channels(dag)), opts.threadblock_policy)
+        placed = assign_threadblocks(schedule(assign_channels(dag)), opts.threadblock_policy, pair=pair)
         deps = prune_dependencies(insert_dependencies(placed))
         tbprog = insert_nops(replicate_instances(deps, program))
         return check_ir(lower_to_ir(tbprog), step_lines(tbprog), order=opts.check, source=dag.source)
