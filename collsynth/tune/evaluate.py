@@ -58,6 +58,13 @@ class Evaluator:
         self._irs: dict[_Build, Algo | str] = {}
         self._timings: dict[tuple[Config, int], Timing] = {}
 
+    def subset(self, names: list[str] | tuple[str, ...]) -> Evaluator:
+        """An evaluator of some of the candidates that shares this one's compiled IRs and timings."""
+        sub = Evaluator(self.topology, [self.candidates[n] for n in names], backend=self.backend, dtype=self.dtype,
+                        model=self.model)
+        sub._irs, sub._timings = self._irs, self._timings
+        return sub
+
     @property
     def evaluations(self) -> int:
         """Distinct (configuration, size) pairs timed so far."""
