@@ -180,8 +180,7 @@ def best(topology_spec: str, collective: str, size: str, db_path: Path, dtype: s
     _table(("#", "id", "name", "compile", "time (us)", "busbw (GB/s)", "vs best"), rows)
     if any(r.simulated for r in ranked):
         click.echo(f"({format_size(winner.size_bytes)} is not on the stored grid: simulated now)", err=True)
-    tuned = [(tuned_at(r.entry.provenance, r.size_bytes), r) for r in ranked]
-    tuned = [(t, r) for t, r in tuned if t is not None]
+    tuned = [(t, r) for t, r in ((tuned_at(r.entry.provenance, r.size_bytes), r) for r in ranked) if t is not None]
     if tuned:
         record, r = min(tuned, key=lambda item: item[0]["time_us"])
         ranges = tuned_ranges(r.entry.provenance)

@@ -34,8 +34,8 @@ def summary_text(result: RegressResult) -> str:
         best = max(contested, key=lambda r: r.speedup or 0.0)
         lines.append(f"  {case}: synthesized wins {wins}/{len(contested)} sizes; best {best.speedup:.2f}x at "
                      f"{format_size(best.size_bytes)} ({best.synthesized} vs {best.handwritten})")
-    for check in result.model:
-        lines.append(f"  model {'ok  ' if check.passed else 'FAIL'} {check}")
+    for model_check in result.model:
+        lines.append(f"  model {'ok  ' if model_check.passed else 'FAIL'} {model_check}")
     lines.append("PASS" if result.passed else f"FAIL: {len(result.regressions)} regressions, "
                  f"{sum(not c.passed for c in result.shapes)} failed shape checks, "
                  f"{sum(not c.passed for c in result.model)} frontier points over {MODEL_GATE:.2f}x their model")

@@ -45,7 +45,7 @@ class Evaluator:
             raise TuneError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
         if backend == "cuda":
             try:
-                import cupy  # noqa: F401
+                import cupy  # type: ignore[import-not-found]  # noqa: F401
             except ImportError:
                 raise TuneError("backend 'cuda' needs cupy and a GPU (pip install collsynth[gpu]); "
                                 "use --backend sim") from None

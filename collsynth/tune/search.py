@@ -13,6 +13,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from collsynth.tune.evaluate import Evaluator, Timing
 from collsynth.tune.space import ORDERED_AXES, RESOURCE_AXES, Candidate, Config, Grid
@@ -81,7 +82,7 @@ def descend(walk: _Walk, grid: Grid, candidate: Candidate, start: Config) -> tup
 
 
 def _line_search(walk: _Walk, best: Config, best_t: float, axis: str,
-                 values: Sequence[object]) -> tuple[Config, float]:
+                 values: Sequence[Any]) -> tuple[Config, float]:
     """Outwards from the current value along an ordered axis, up first, then down; stop at no gain."""
     at = values.index(getattr(best, axis)) if getattr(best, axis) in values else 0
     for direction in (1, -1):
