@@ -101,22 +101,29 @@ def _line_search(walk: _Walk, best: Config, best_t: float, axis: str,
 
 
 def tune_size(evaluator: Evaluator, size: int, grid: Grid | None = None,
-              warm: Config | None = None) -> SizeResult:
+              warm: Config | None = None, descents: int | None = None) -> SizeResult:
     """The best configuration at `size`: every (candidate, protocol) exhaustively, the resources by descent
-    (from `warm`'s resource values when given, e.g. the previous size's best)."""
+    (from `warm`'s resource values when given, e.g. the previous size's best). `descents`: descend only from
+    that many of the best (candidate, protocol) starting points (None: from every one)."""
     grid = grid or Grid()
     start_clock = time.perf_counter()
     walk = _Walk(evaluator, size)
-    best: Config | None = None
-    best_t = math.inf
+    starts = []
     for candidate in evaluator.candidates.values():
         for protocol in grid.protocols:
             start = grid.start(candidate, protocol)
             if warm is not None:
                 start = _warm_start(start, warm, grid, candidate)
-            config, t = descend(walk, grid, candidate, start)
-            if t < best_t:
-                best, best_t = config, t
+            starts.append((candidate, start))
+    if descents is not None:
+        timed = sorted(range(len(starts)), key=lambda k: (walk.time(starts[k][1]), k))
+        starts = [starts[k] for k in sorted(timed[:descents])]
+    best: Config | None = None
+    best_t = math.inf
+    for candidate, start in starts:
+        config, t = descend(walk, grid, candidate, start)
+        if t < best_t:
+            best, best_t = config, t
     return _result(evaluator, size, best, walk, start_clock)
 
 
@@ -167,7 +174,7 @@ class TuneRun:
 
 
 def tune_sizes(evaluator: Evaluator, collective: str, sizes: Sequence[int], grid: Grid | None = None, *,
-               on_size: Callable[[SizeResult], None] | None = None) -> TuneRun:
+               on_size: Callable[[SizeResult], None] | None = None, descents: int | None = None) -> TuneRun:
     """Tune every size in turn (each warm-started from the previous best). Ctrl-C returns the sizes
     finished so far with `interrupted=True`."""
     results: list[SizeResult] = []
@@ -175,7 +182,7 @@ def tune_sizes(evaluator: Evaluator, collective: str, sizes: Sequence[int], grid
     interrupted = False
     try:
         for size in sizes:
-            result = tune_size(evaluator, size, grid, warm)
+            result = tune_size(evaluator, size, grid, warm, descents)
             results.append(result)
             warm = result.best or warm
             if on_size is not None:
