@@ -130,3 +130,14 @@ def test_bad_input_is_refused():
         algorithm_candidate(ring_allgather(4), ring(4), "allreduce")
     with pytest.raises(TuneError, match="Simple"):
         Grid(protocols=("Fast",))
+
+
+def test_descending_from_the_best_start_only_spends_fewer_evaluations():
+    topo = ring(4)
+    cands = candidates(topo, [ring_allgather(4)])
+    full = tune_size(Evaluator(topo, cands), 1 << 20, SMALL)
+    pruned = tune_size(Evaluator(topo, cands), 1 << 20, SMALL, descents=1)
+    assert pruned.evaluations < full.evaluations
+    assert pruned.timing.time_us >= full.timing.time_us
+    starts = len(cands) * len(SMALL.protocols)
+    assert pruned.evaluations >= starts  # every (candidate, protocol) start is still timed
