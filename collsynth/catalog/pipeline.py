@@ -94,9 +94,10 @@ def _library_candidate(name: str, item: WorkItem) -> Any:
 
 
 def _algorithm_candidate(name: str, algorithm: Algorithm) -> Any:
-    from collsynth.tune import SYNTHESIZED, Candidate
+    from collsynth.tune import MILP, SYNTHESIZED, Candidate
 
-    return Candidate(name, SYNTHESIZED, algorithm=algorithm)
+    timed = any(send.start_us is not None for _, send in algorithm.sends())
+    return Candidate(name, MILP if timed else SYNTHESIZED, algorithm=algorithm)
 
 
 def algorithm_entry_name(source: str, algorithm: Algorithm) -> str:

@@ -128,7 +128,8 @@ class TunedRange:
     def label(self) -> str:
         c = self.config
         return (f"{c.get('protocol')} x{c.get('instances')} {c.get('merge')}"
-                f"{'' if c.get('fusion', True) else ' nofuse'}{'' if c.get('pair_threadblocks', True) else ' tb/conn'}")
+                f"{'' if c.get('fusion', True) else ' nofuse'}{'' if c.get('pair_threadblocks', True) else ' tb/conn'}"
+                f"{' timed' if c.get('timed_order') else ''}")
 
 
 def tuned_ranges(provenance: Mapping[str, object]) -> list[TunedRange]:

@@ -116,9 +116,9 @@ class _Lowering:
             planned.append((send, src, self.home(send.chunk, send.dst)))
         if self.stage:
             planned = self._stage_groups(t, planned)
-        # A link's sends in slot order, so contiguous ones are adjacent (one message); timed (MILP) sends keep
-        # their start order first: the connection carries them in the order the schedule timed them.
-        planned.sort(key=lambda p: (p[0].src, p[0].dst, p[0].start_us or 0.0, p[1], p[2]))
+        # A link's sends in slot order, so contiguous ones are adjacent (one message); timed (MILP) sends in
+        # start order first: the compiler can keep the order the schedule timed them in (timed_order).
+        planned.sort(key=lambda p: (p[0].start_us or 0.0, p[0].src, p[0].dst, p[1], p[2]))
         for send, src, dst in self._order_reads_before_writes(planned):
             key = (send.chunk, send.dst)
             if send.op == REDUCE:

@@ -19,7 +19,7 @@ from collsynth.topologies import Topology
 from collsynth.tune.space import Candidate, Config, TuneError
 
 BACKENDS = ("sim", "cuda")
-_Build = tuple[str, int, str, bool, bool]  # (algorithm, instances, merge, fusion, pair_threadblocks)
+_Build = tuple[str, int, str, bool, bool, bool]  # (algorithm, instances, merge, fusion, pair tbs, timed order)
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,8 @@ class Evaluator:
         return replace(built, proto=config.protocol)
 
     def _build(self, config: Config) -> Algo | str:
-        key = (config.algorithm, config.instances, config.merge, config.fusion, config.pair_threadblocks)
+        key = (config.algorithm, config.instances, config.merge, config.fusion, config.pair_threadblocks,
+               config.timed_order)
         if key not in self._irs:
             candidate = self.candidates[config.algorithm]
             try:
@@ -88,7 +89,8 @@ class Evaluator:
                     assert candidate.program is not None
                     program = candidate.program
                 self._irs[key] = compile_program(program, instances=config.instances, instr_fusion=config.fusion,
-                                                 pair_threadblocks=config.pair_threadblocks)
+                                                 pair_threadblocks=config.pair_threadblocks,
+                                                 timed_order=config.timed_order)
             except CollsynthError as exc:
                 self._irs[key] = str(exc)
         return self._irs[key]

@@ -105,15 +105,15 @@ def random_gathers(draw):
         # finish directly from the original owner (a link exists between every pair)
         steps.append(Step(3, tuple(Send(c, c // chunks, d) for c in holds for d in sorted(coll.post[c] - holds[c]))))
     return Algorithm("random", topo, coll, tuple(steps)), draw(st.sampled_from(["contiguous", "stage"])), \
-        draw(st.booleans()), draw(st.booleans()), draw(st.integers(1, 2))
+        draw(st.booleans()), draw(st.booleans()), draw(st.integers(1, 2)), draw(st.booleans())
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.large_base_example])
 @given(random_gathers())
 def test_lowered_and_compiled_random_schedules_pass_interpreter(case):
-    algorithm, merge, fusion, pair, instances = case
+    algorithm, merge, fusion, pair, instances, timed = case
     verify(algorithm)
     program = lower_to_program(algorithm, merge=merge, instances=instances)
-    ir = compile_program(program, instr_fusion=fusion, pair_threadblocks=pair)
+    ir = compile_program(program, instr_fusion=fusion, pair_threadblocks=pair, timed_order=timed)
     result = execute(ir, "cpu", collective=instance_collective(algorithm.collective, instances))
     assert result.passed, f"merge={merge} fusion={fusion} pair={pair}: {result.message}\n{algorithm}"
