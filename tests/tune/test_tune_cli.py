@@ -41,3 +41,27 @@ def test_bad_input_is_one_line_and_exit_2(cli_runner, tmp_path):
         errors = [line for line in result.output.splitlines() if line.startswith("error:")]
         assert len(errors) == 1 and message in errors[0], result.output
         assert "Traceback" not in result.output
+
+
+def test_ctrl_c_keeps_the_sizes_already_tuned(cli_runner, tmp_path, monkeypatch):
+    import collsynth.tune.search as search
+
+    real = search.tune_size
+    calls = []
+
+    def interrupted_on_second(*args, **kwargs):
+        calls.append(args[1])
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(search, "tune_size", interrupted_on_second)
+    algo = tmp_path / "ring.json"
+    algo.write_text(ring_allgather(4).to_json())
+    out = tmp_path / "report"
+    result = cli_runner.invoke(main, ["tune", "ring:4", "allgather", "--sizes", "1KB:64KB", "-a", str(algo),
+                                      "--report", str(out)])
+    assert result.exit_code == 130
+    assert "interrupted" in result.output
+    data = json.loads((out / "tune.json").read_text())
+    assert data["interrupted"] and [s["size"] for s in data["sizes"]] == [1024]
