@@ -1,10 +1,11 @@
 """The search: exhaustive over (algorithm, protocol), coordinate descent over the resource axes.
 
-`tune_size` walks, for every candidate and protocol, from the grid's start (or a warm start: the best
-resource values of the previous size) along each resource axis in turn. An ordered axis (instances) is
-line-searched outwards from its current value, first upwards then downwards, stopping at the first value
-that is no faster (time is unimodal along it); an unordered axis tries each of its values. Passes repeat
-until one changes nothing. `exhaustive_size` times every configuration of the same grid (the reference).
+`tune_size` times, for every candidate and protocol, the grid's start (or a warm start: the best resource
+values of the previous size) and walks from the better half of them along each resource axis in turn. An
+ordered axis (instances) is line-searched outwards from its current value, first upwards then downwards,
+stopping at the first value that is no faster (time is unimodal along it); an unordered axis tries each of
+its values. Passes repeat until one changes nothing. `exhaustive_size` times every configuration of the
+same grid (the reference).
 """
 
 from __future__ import annotations
@@ -104,7 +105,8 @@ def tune_size(evaluator: Evaluator, size: int, grid: Grid | None = None,
               warm: Config | None = None, descents: int | None = None) -> SizeResult:
     """The best configuration at `size`: every (candidate, protocol) exhaustively, the resources by descent
     (from `warm`'s resource values when given, e.g. the previous size's best). `descents`: descend only from
-    that many of the best (candidate, protocol) starting points (None: from every one)."""
+    that many of the best (candidate, protocol) starting points (None: the better half, rounded up; AutoCCL
+    likewise prunes implementations whose starting point is already far behind)."""
     grid = grid or Grid()
     start_clock = time.perf_counter()
     walk = _Walk(evaluator, size)
@@ -115,9 +117,10 @@ def tune_size(evaluator: Evaluator, size: int, grid: Grid | None = None,
             if warm is not None:
                 start = _warm_start(start, warm, grid, candidate)
             starts.append((candidate, start))
-    if descents is not None:
+    keep = descents if descents is not None else (len(starts) + 1) // 2
+    if keep < len(starts):
         timed = sorted(range(len(starts)), key=lambda k: (walk.time(starts[k][1]), k))
-        starts = [starts[k] for k in sorted(timed[:descents])]
+        starts = [starts[k] for k in sorted(timed[:keep])]
     best: Config | None = None
     best_t = math.inf
     for candidate, start in starts:
