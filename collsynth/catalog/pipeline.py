@@ -1,6 +1,11 @@
 """The generate-and-compile pipeline for one work item, a pure function of the item:
 
     synthesize (or build the hand-written program) -> lower -> compile -> interpret -> simulate -> XML text
+    -> tune
+
+Tuning (collsynth.tune) searches each algorithm's configurations (protocol, instances, threadblock layout,
+message merging) per size of the item; the tuned configuration and time per size go into the provenance of
+every entry of that algorithm (`provenance["tuned"]`), each picked configuration checked by the interpreter.
 
 Every algorithm is compiled in every variant of the item. Nothing becomes XML unless the CPU reference
 interpreter passed (DESIGN.md: every IR is checked before it is written anywhere); a failure at any stage
@@ -36,6 +41,7 @@ def run_item(item: WorkItem) -> ItemResult:
             check_program(name, variant, lambda v=variant: build_library_program(name, item.topology, v),
                           item.topology, item.sizes, item.dtype, provenance=provenance)
             for variant in item.variants)
+        entries = with_tuning(entries, item, lambda: _library_candidate(name, item))
         return ItemResult(item.key, True, _summary(entries), entries, time.perf_counter() - started, provenance)
     try:
         synthesized = synthesize_in_fresh_process(item)
@@ -53,12 +59,45 @@ def run_item(item: WorkItem) -> ItemResult:
         if names[name] > 1:  # two algorithms of one shape: keep both, distinctly named
             name = f"{name}-{names[name]}"
         provenance = {**dict(algorithm.provenance), "algorithm": algorithm.name, "versions": versions}
-        for variant in item.variants:
-            entries.append(check_program(
-                name, variant, lambda v=variant, a=algorithm: _lower(a, v), item.topology, item.sizes, item.dtype,
-                provenance=provenance, shape=(algorithm.chunks, algorithm.num_steps, algorithm.rounds)))
+        checked = tuple(check_program(
+            name, variant, lambda v=variant, a=algorithm: _lower(a, v), item.topology, item.sizes, item.dtype,
+            provenance=provenance, shape=(algorithm.chunks, algorithm.num_steps, algorithm.rounds))
+            for variant in item.variants)
+        entries += with_tuning(checked, item, lambda a=algorithm, n=name: _algorithm_candidate(n, a))
     return ItemResult(item.key, True, _summary(entries), tuple(entries), time.perf_counter() - started,
                       synthesized.provenance)
+
+
+def with_tuning(entries: tuple[EntryResult, ...], item: WorkItem,
+                candidate: Callable[[], Any]) -> tuple[EntryResult, ...]:
+    """The entries of one algorithm with its tuned configuration per size in their provenance (when at least
+    one of them passed; a tuning failure is recorded, never raised)."""
+    if not any(entry.passed for entry in entries):
+        return entries
+    from collsynth.tune.entry import tune_entry
+
+    started = time.perf_counter()
+    try:
+        tuned: Any = tune_entry(candidate(), item.topology, item.collective_name, item.sizes, dtype=item.dtype)
+    except CollsynthError as exc:
+        tuned = {"error": str(exc)}
+    seconds = round(time.perf_counter() - started, 4)
+    return tuple(replace(entry, provenance={**entry.provenance, "tuned": tuned, "tune_seconds": seconds})
+                 if entry.passed else entry for entry in entries)
+
+
+def _library_candidate(name: str, item: WorkItem) -> Any:
+    from collsynth.tune import LIBRARY as TUNE_LIBRARY
+    from collsynth.tune import Candidate
+
+    return Candidate(name, TUNE_LIBRARY, program=build_library_program(name, item.topology, item.variants[0]))
+
+
+def _algorithm_candidate(name: str, algorithm: Algorithm) -> Any:
+    from collsynth.tune import MILP, SYNTHESIZED, Candidate
+
+    timed = any(send.start_us is not None for _, send in algorithm.sends())
+    return Candidate(name, MILP if timed else SYNTHESIZED, algorithm=algorithm)
 
 
 def algorithm_entry_name(source: str, algorithm: Algorithm) -> str:

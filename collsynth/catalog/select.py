@@ -115,3 +115,36 @@ def size_ranges(winners: Sequence[Winner], boundary: Callable[[str, str, int, in
             max_bytes = 0
         out.append(SizeRange(name, first, last, min_bytes, max_bytes))
     return out
+
+
+@dataclass(frozen=True)
+class TunedRange:
+    """One tuned configuration (collsynth.tune) of an entry over the grid sizes first_size..last_size."""
+
+    first_size: int
+    last_size: int
+    config: Mapping[str, object]
+
+    def label(self) -> str:
+        c = self.config
+        return (f"{c.get('protocol')} x{c.get('instances')} {c.get('merge')}"
+                f"{'' if c.get('fusion', True) else ' nofuse'}{'' if c.get('pair_threadblocks', True) else ' tb/conn'}"
+                f"{' timed' if c.get('timed_order') else ''}")
+
+
+def tuned_ranges(provenance: Mapping[str, object]) -> list[TunedRange]:
+    """An entry's tuned configurations per size range, from the catalog's tuning records (none: not tuned)."""
+    from collsynth.tune.entry import config_ranges
+
+    records = provenance.get("tuned")
+    if not isinstance(records, list):
+        return []
+    return [TunedRange(lo, hi, config) for lo, hi, config in config_ranges(records)]
+
+
+def tuned_at(provenance: Mapping[str, object], size: int) -> dict | None:  # type: ignore[type-arg]
+    """The tuning record of the grid size nearest to `size` (ties: the smaller), or None."""
+    records = provenance.get("tuned")
+    if not isinstance(records, list) or not records:
+        return None
+    return min(records, key=lambda r: (abs(int(r["size_bytes"]) - size), int(r["size_bytes"])))

@@ -32,6 +32,7 @@ _MODULES: dict[str, tuple[tuple[str, str], ...]] = {
     "export": (("export", "Convert an MSCCL-IR XML file for other tools (Chakra..."),),
     "catalog": (("catalog", "Build, query and export a catalog of verified, simulated..."),),
     "regress": (("regress", "Compare synthesized algorithms with the hand-written..."),),
+    "tune": (("tune", "Tune COLL on TOPO per size: every algorithm x protocol,..."),),
 }
 
 

@@ -165,9 +165,12 @@ def best(topology_spec: str, collective: str, size: str, db_path: Path, dtype: s
 
     with Catalog(db_path) as db:
         ranked = rank_entries(db, topology_spec, collective, parse_size(size), dtype=dtype, inplace=inplace)[:top]
+    from collsynth.catalog.select import tuned_at, tuned_ranges
+
     if as_json:
         click.echo(json.dumps([{**_entry_json(r.entry), "size_bytes": r.size_bytes, "time_us": r.time_us,
-                                "busbw_GBps": r.busbw_GBps, "simulated_now": r.simulated} for r in ranked], indent=1))
+                                "busbw_GBps": r.busbw_GBps, "simulated_now": r.simulated,
+                                "tuned": tuned_at(r.entry.provenance, r.size_bytes)} for r in ranked], indent=1))
         return
     winner = ranked[0]
     click.echo(f"best: {winner.entry.name} [{winner.entry.id[:10]}] {winner.time_us:.2f} us, busbw "
@@ -177,6 +180,14 @@ def best(topology_spec: str, collective: str, size: str, db_path: Path, dtype: s
     _table(("#", "id", "name", "compile", "time (us)", "busbw (GB/s)", "vs best"), rows)
     if any(r.simulated for r in ranked):
         click.echo(f"({format_size(winner.size_bytes)} is not on the stored grid: simulated now)", err=True)
+    tuned = [(t, r) for t, r in ((tuned_at(r.entry.provenance, r.size_bytes), r) for r in ranked) if t is not None]
+    if tuned:
+        record, r = min(tuned, key=lambda item: item[0]["time_us"])
+        ranges = tuned_ranges(r.entry.provenance)
+        click.echo(f"tuned: {r.entry.name} {record['time_us']:.2f} us at {format_size(record['size_bytes'])} "
+                   f"(collsynth.tune); its configuration per size range:")
+        for span in ranges:
+            click.echo(f"  {format_size(span.first_size)}..{format_size(span.last_size)}: {span.label()}")
 
 
 @catalog.command("export")

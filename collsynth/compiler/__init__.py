@@ -1,6 +1,7 @@
 """The optimizing compiler: Program -> MSCCL-IR (`collsynth.ir.Algo`), as a list of pure passes.
 
-    trace_to_dag -> order_messages -> aggregate_contiguous -> fuse_instructions -> assign_channels -> schedule
+    trace_to_dag -> (order_port_sends, timed schedules) -> order_messages -> aggregate_contiguous
+    -> fuse_instructions -> assign_channels -> schedule
     -> assign_threadblocks -> insert_dependencies -> prune_dependencies -> replicate_instances
     -> insert_nops -> lower_to_ir -> check_ir
 
@@ -37,11 +38,13 @@ from collsynth.compiler.placement import (
     assign_threadblocks,
     schedule,
 )
+from collsynth.compiler.ports import order_port_sends
 
 __all__ = [
     "ChannelledDAG", "CompileError", "Dependencies", "Instr", "InstrDAG", "Placement", "Schedule", "TbProgram",
     "aggregate_contiguous", "assign_channels", "assign_threadblocks", "check_ir", "compile_program",
     "cross_instance_waits", "depths", "fuse_instructions", "insert_dependencies", "insert_nops",
-    "instance_collective", "lower_to_ir", "order_messages", "prune_dependencies", "replicate_instances", "schedule",
+    "instance_collective", "lower_to_ir", "order_messages", "order_port_sends", "prune_dependencies",
+    "replicate_instances", "schedule",
     "step_lines", "trace_to_dag", "with_options",
 ]

@@ -500,19 +500,22 @@ def aggregate_contiguous(dag: InstrDAG, contiguous_io: bool = True) -> InstrDAG:
         if ins.kind != SEND or after[head]:
             continue
         run, total = [head], ins.cnt
+        ends = (run[0], run[0])  # the messages holding the lowest and the highest slots of the run
         k = next_message.get(head)
         while k is not None:
-            if (_joins(dag, depth, run[-1], k) and total + instrs[k].cnt <= MAX_COUNT and not excluded(k)
+            side = _joins(dag, depth, ends, run[-1], k)
+            if (side and total + instrs[k].cnt <= MAX_COUNT and not excluded(k)
                     and not excluded(send_to[k]) and not excluded(run[0]) and not excluded(send_to[run[0]])):
                 run.append(k)
                 total += instrs[k].cnt
+                ends = (k, ends[1]) if side < 0 else (ends[0], k)
             else:
                 if len(run) > 1:
-                    _merge_messages(run, total, instrs, send_to, merges)
-                run, total = [k], instrs[k].cnt
+                    _merge_messages(run, total, instrs, send_to, merges, ends[0])
+                run, total, ends = [k], instrs[k].cnt, (k, k)
             k = next_message.get(k)
         if len(run) > 1:
-            _merge_messages(run, total, instrs, send_to, merges)
+            _merge_messages(run, total, instrs, send_to, merges, ends[0])
     # Local copies and reductions: contiguous runs among those of equal depth and kind.
     groups: dict[tuple, list[int]] = {}
     for i, ins in enumerate(instrs):
@@ -546,8 +549,10 @@ def _has_candidates(dag: InstrDAG) -> bool:
     for i, ins in enumerate(instrs):
         if ins.kind == SEND and after[i]:
             a, b = instrs[after[i][0]], instrs[send_to[i]]
-            if a.kind == SEND and ins.src_off == a.src_off + a.cnt and ins.src_buf == a.src_buf \
-                    and b.dst_off == instrs[send_to[after[i][0]]].dst_off + a.cnt:
+            ra = instrs[send_to[after[i][0]]]
+            if a.kind == SEND and ins.src_buf == a.src_buf and (
+                    ins.src_off == a.src_off + a.cnt and b.dst_off == ra.dst_off + a.cnt
+                    or ins.src_off + ins.cnt == a.src_off and b.dst_off + ins.cnt == ra.dst_off):
                 return True
         elif ins.kind in (COPY, REDUCE):
             ends.add((ins.rank, ins.kind, ins.src_off + ins.cnt, ins.src_buf, ins.dst_off + ins.cnt, ins.dst_buf))
@@ -555,21 +560,31 @@ def _has_candidates(dag: InstrDAG) -> bool:
                for ins in instrs if ins.kind in (COPY, REDUCE))
 
 
-def _joins(dag: InstrDAG, depth: Sequence[int], a: int, b: int) -> bool:
-    """Whether message b (queued right after message a) can be merged into a's transfer."""
+def _joins(dag: InstrDAG, depth: Sequence[int], ends: tuple[int, int], a: int, b: int) -> int:
+    """Whether message b (queued right after message a, the last of a run whose lowest and highest slots
+    `ends` hold) can be merged into the run's transfer: 1 when b's slots follow the run's at both ends,
+    -1 when they precede them at both ends (a run may grow either way: one step's chunks are one
+    transfer whatever order the connection queues them in), 0 when not."""
     instrs, send_to = dag.instrs, dag.send_to
     sa, sb = instrs[a], instrs[b]
     ra, rb = instrs[send_to[a]], instrs[send_to[b]]
-    return (sb.kind == SEND and rb.kind == ra.kind and ra.kind in (RECV, RECV_REDUCE_COPY)
-            and sb.src_buf == sa.src_buf and sb.src_off == sa.src_off + sa.cnt
-            and rb.dst_buf == ra.dst_buf and rb.dst_off == ra.dst_off + ra.cnt
+    if not (sb.kind == SEND and rb.kind == ra.kind and ra.kind in (RECV, RECV_REDUCE_COPY)
+            and sb.src_buf == sa.src_buf and rb.dst_buf == ra.dst_buf
             and (sb.tb_hint, sb.ch_hint, rb.tb_hint, rb.ch_hint) == (sa.tb_hint, sa.ch_hint, ra.tb_hint, ra.ch_hint)
-            and depth[a] == depth[b] and depth[send_to[a]] == depth[send_to[b]])
+            and depth[a] == depth[b] and depth[send_to[a]] == depth[send_to[b]]):
+        return 0
+    lo, hi = instrs[ends[0]], instrs[ends[1]]
+    rlo, rhi = instrs[send_to[ends[0]]], instrs[send_to[ends[1]]]
+    if sb.src_off == hi.src_off + hi.cnt and rb.dst_off == rhi.dst_off + rhi.cnt:
+        return 1
+    if sb.src_off + sb.cnt == lo.src_off and rb.dst_off + rb.cnt == rlo.dst_off:
+        return -1
+    return 0
 
 
 def _merge_messages(run: list[int], count: int, instrs: Sequence[Instr], send_to: Sequence[int],
-                    merges: list[tuple[list[int], Instr]]) -> None:
-    s, r = instrs[run[0]], instrs[send_to[run[0]]]
+                    merges: list[tuple[list[int], Instr]], lowest: int) -> None:
+    s, r = instrs[lowest], instrs[send_to[lowest]]
     line = min(instrs[m].line for m in run)
     merges.append((list(run), Instr(SEND, s.rank, s.src_buf, s.src_off, s.src_buf, s.src_off, count, s.send_peer, -1,
                                     s.tb_hint, s.ch_hint, line)))

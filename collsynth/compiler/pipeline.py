@@ -15,6 +15,7 @@ from collsynth.compiler.deps import insert_dependencies, prune_dependencies
 from collsynth.compiler.errors import CompileError
 from collsynth.compiler.lowering import insert_nops, lower_to_ir, replicate_instances, step_lines
 from collsynth.compiler.placement import assign_channels, assign_threadblocks, schedule
+from collsynth.compiler.ports import order_port_sends
 from collsynth.ir import Algo
 from collsynth.language.program import Program, ProgramOptions
 
@@ -24,16 +25,24 @@ _OPTION_NAMES = frozenset(f.name for f in fields(ProgramOptions))
 def compile_program(program: Program, **options: Any) -> Algo:
     """Program -> MSCCL-IR. Keyword options override the program's own: any ProgramOptions field
     (instr_fusion, threadblock_policy, interleaved_replication, aggregate, check, dependence_nop) and
-    `instances` / `protocol`."""
+    `instances` / `protocol`; and `pair_threadblocks` (default True: a plain send shares the threadblock that
+    received its data or that receives from its peer; False: one threadblock per connection side, so that
+    no transfer waits behind an unrelated one of another connection); and `timed_order` (default False: a
+    rank's sends through one port or link go in program order, for timed schedules; see ports.py)."""
+    pair = bool(options.pop("pair_threadblocks", True))
+    timed = bool(options.pop("timed_order", False))
     program = with_options(program, **options)
     opts = program.options
     with _collector_paused():
-        dag = order_messages(trace_to_dag(program))
+        dag = trace_to_dag(program)
+        if timed:
+            dag = order_port_sends(dag, program.topology)
+        dag = order_messages(dag)
         if opts.aggregate:
             dag = aggregate_contiguous(dag, contiguous_io=program.instances == 1 or not opts.interleaved_replication)
         if opts.instr_fusion:
             dag = fuse_instructions(dag)
-        placed = assign_threadblocks(schedule(assign_channels(dag)), opts.threadblock_policy)
+        placed = assign_threadblocks(schedule(assign_channels(dag)), opts.threadblock_policy, pair=pair)
         deps = prune_dependencies(insert_dependencies(placed))
         tbprog = insert_nops(replicate_instances(deps, program))
         return check_ir(lower_to_ir(tbprog), step_lines(tbprog), order=opts.check, source=dag.source)

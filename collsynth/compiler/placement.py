@@ -221,8 +221,9 @@ class _RankTbs:
             heapq.heapreplace(self.load, (len(self.tbs[t].instrs), t))
 
 
-def assign_threadblocks(sched: Schedule, policy: str = "auto") -> Placement:
-    """Threadblock per instr (see the module docstring); steps of a threadblock follow `sched.order`."""
+def assign_threadblocks(sched: Schedule, policy: str = "auto", *, pair: bool = True) -> Placement:
+    """Threadblock per instr (see the module docstring); steps of a threadblock follow `sched.order`.
+    `pair=False`: plain sends and receives never share a threadblock with another connection's side."""
     dag, channels = sched.dag, sched.channels
     instrs = dag.instrs
     n = len(instrs)
@@ -251,7 +252,7 @@ def assign_threadblocks(sched: Schedule, policy: str = "auto") -> Placement:
         if ins.kind == SEND:
             t = rt.by_send.get((ins.send_peer, ch))
             if t is None:
-                t = _partner_for_send(dag, rt, i, ch, tb_of)
+                t = _partner_for_send(dag, rt, i, ch, tb_of) if pair else None
                 if t is None:
                     t = rt.new(ins.send_peer, -1, ch)
                 else:
@@ -259,7 +260,7 @@ def assign_threadblocks(sched: Schedule, policy: str = "auto") -> Placement:
         else:
             t = rt.by_recv.get((ins.recv_peer, ch))
             if t is None:
-                t = _partner_for_recv(dag, rt, i, ch)
+                t = _partner_for_recv(dag, rt, i, ch) if pair else None
                 if t is None:
                     t = rt.new(-1, ins.recv_peer, ch)
                 else:

@@ -14,6 +14,16 @@ emitted before an op that writes it; where two ops would each overwrite the othe
 source is staged in scratch first. At the end, a rank that must hold a chunk it had from the start (e.g.
 its own AllGather chunk) copies it from input to output.
 
+One message per step and link (the model's cost: one alpha per step and link): the sends of a step on
+one link are emitted in the order of their slots, so that the compiler's `aggregate_contiguous` merges
+those that are contiguous at both ends into one transfer. `merge="stage"` makes every such group one
+message: sources that are not contiguous are gathered into a fresh scratch block first (local copies),
+and the block lands in a fresh scratch block on the receiver (or straight in its home slots when those
+are contiguous and nothing else in the step reads them); the receiver keeps the chunks there (later
+steps forward them from the block) and copies them to their output slots at the end. Reductions are
+staged the same way: the block is received into scratch and reduced into the home slots locally.
+Staging trades alphas for local copies: cheaper at small sizes on high-latency links, the tuner picks.
+
 Programs are built with the DSL's `ProgramBuilder`, so the symbolic checks of the DSL (stale references,
 reads of unwritten slots, the postcondition) apply to lowered programs too.
 """
@@ -38,13 +48,19 @@ class LoweringError(ProgramError):
     """An algorithm that cannot be expressed as a DSL program (the message names the send)."""
 
 
+MERGE_MODES = ("contiguous", "stage")
+
+
 def lower_to_program(algorithm: Algorithm, *, instances: int = 1, protocol: str = "Simple", name: str | None = None,
-                     inplace: bool | None = None) -> Program:
-    """A DSL program that moves (and reduces) chunks exactly as `algorithm` does."""
+                     inplace: bool | None = None, merge: str = "contiguous") -> Program:
+    """A DSL program that moves (and reduces) chunks exactly as `algorithm` does; `merge` says how the
+    sends of one step on one link become one message (see the module docstring)."""
+    if merge not in MERGE_MODES:
+        raise LoweringError(f"merge must be one of {', '.join(MERGE_MODES)}, got {merge!r}")
     coll = algorithm.collective if inplace is None else algorithm.collective.with_inplace(inplace)
     builder = ProgramBuilder(name or algorithm.name, algorithm.topology, coll, instances=instances,
                              protocol=protocol)
-    _Lowering(builder, algorithm, coll).run()
+    _Lowering(builder, algorithm, coll, stage=merge == "stage").run()
     problems = builder.check()
     if problems:
         raise LoweringError(f"lowered program {builder.name!r} fails its postcondition: {problems[0]}")
@@ -52,8 +68,8 @@ def lower_to_program(algorithm: Algorithm, *, instances: int = 1, protocol: str 
 
 
 class _Lowering:
-    def __init__(self, builder: ProgramBuilder, algorithm: Algorithm, coll) -> None:
-        self.builder, self.algorithm, self.coll = builder, algorithm, coll
+    def __init__(self, builder: ProgramBuilder, algorithm: Algorithm, coll, stage: bool = False) -> None:
+        self.builder, self.algorithm, self.coll, self.stage = builder, algorithm, coll, stage
         self.current: dict[tuple[int, int], Slot] = {}  # (chunk, rank) -> where the rank holds it now
         self.scratch: dict[tuple[int, int], Slot] = {}  # (chunk, rank) -> its scratch home
         self.scratch_used: defaultdict[int, int] = defaultdict(int)
@@ -98,6 +114,11 @@ class _Lowering:
                 raise LoweringError(f"{self.algorithm.name}: step {t}: rank {send.src} sends chunk {send.chunk} "
                                     "before holding it")
             planned.append((send, src, self.home(send.chunk, send.dst)))
+        if self.stage:
+            planned = self._stage_groups(t, planned)
+        # A link's sends in slot order, so contiguous ones are adjacent (one message); timed (MILP) sends in
+        # start order first: the compiler can keep the order the schedule timed them in (timed_order).
+        planned.sort(key=lambda p: (p[0].start_us or 0.0, p[0].src, p[0].dst, p[1], p[2]))
         for send, src, dst in self._order_reads_before_writes(planned):
             key = (send.chunk, send.dst)
             if send.op == REDUCE:
@@ -112,6 +133,55 @@ class _Lowering:
                 self._copy(send.src, src, send.dst, dst)
             # Sources were fixed when planning, so updating now only affects later reductions into `key`.
             self.current[key] = dst
+
+    def _stage_groups(self, t: int, planned: list) -> list:
+        """Emit every group of two or more sends of this step on one link as one message through scratch
+        (see the module docstring); the other sends come back to be emitted as usual."""
+        groups: defaultdict[tuple[int, int], list] = defaultdict(list)
+        for item in planned:
+            groups[(item[0].src, item[0].dst)].append(item)
+        read = {(send.src, src) for send, src, _ in planned}
+        rest = []
+        for (s, d), group in groups.items():
+            group.sort(key=lambda p: (p[1], p[2]))
+            block, homes = [p[1] for p in group], [p[2] for p in group]
+            reducing = group[0][0].op == REDUCE
+            if (len(group) < 2 or _contiguous(block) and _contiguous(homes)  # one message already
+                    or reducing and (any((d, h) in read for h in homes) or any(p[0].op != REDUCE for p in group))):
+                rest += group
+                continue
+            if not _contiguous(block):  # gather the sources (reads of the start-of-step state)
+                first = self._new_block(s, len(group))
+                for k, (_, src, _) in enumerate(group):
+                    self._copy(s, src, s, (SCRATCH, first + k))
+                block = [(SCRATCH, first + k) for k in range(len(group))]
+            direct = (not reducing and _contiguous(homes) and not any((d, h) in read for h in homes)
+                      and all((p[0].chunk, d) not in self.current for p in group))
+            if direct:
+                targets = homes
+            else:
+                first = self._new_block(d, len(group))
+                targets = [(SCRATCH, first + k) for k in range(len(group))]
+            self.builder.chunk(s, block[0][0], block[0][1], len(group)).copy(d, targets[0][0], targets[0][1])
+            for (send, _, home), target in zip(group, targets, strict=True):
+                key = (send.chunk, d)
+                if reducing:
+                    here = self.current.get(key)
+                    if here is None:
+                        raise LoweringError(f"{self.algorithm.name}: step {t}: rank {d} reduces into chunk "
+                                            f"{send.chunk} without holding a contribution")
+                    if here != home:
+                        self._copy(d, here, d, home)
+                    self._reduce(d, target, d, home)
+                    self.current[key] = home
+                else:
+                    self.current[key] = target
+        return rest
+
+    def _new_block(self, rank: int, count: int) -> int:
+        first = self.scratch_used[rank]
+        self.scratch_used[rank] += count
+        return first
 
     def _order_reads_before_writes(self, planned: list) -> list:
         """Program order for one step: an op reading slot X precedes every op writing X (Kahn's algorithm);
@@ -162,6 +232,11 @@ class _Lowering:
 
     def _reduce(self, src_rank: int, src: Slot, dst_rank: int, dst: Slot) -> None:
         self.builder.chunk(dst_rank, dst[0], dst[1]).reduce(self.builder.chunk(src_rank, src[0], src[1]))
+
+
+def _contiguous(slots: list[Slot]) -> bool:
+    """Whether the slots are consecutive indices of one buffer, in this order."""
+    return all(b[0] == slots[0][0] and b[1] == slots[0][1] + k for k, b in enumerate(slots))
 
 
 def _dedupe(sends: tuple[Send, ...], combining: bool, current: dict) -> list[Send]:

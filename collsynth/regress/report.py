@@ -10,6 +10,7 @@ from pathlib import Path
 from collsynth.catalog.store import write_text_atomic
 from collsynth.collectives import display_name
 from collsynth.core.units import format_size
+from collsynth.regress.model_gate import MODEL_GATE
 from collsynth.regress.suite import IMPROVEMENT, NEW, REGRESSION, CaseEntry, RegressResult
 
 
@@ -33,8 +34,11 @@ def summary_text(result: RegressResult) -> str:
         best = max(contested, key=lambda r: r.speedup or 0.0)
         lines.append(f"  {case}: synthesized wins {wins}/{len(contested)} sizes; best {best.speedup:.2f}x at "
                      f"{format_size(best.size_bytes)} ({best.synthesized} vs {best.handwritten})")
+    for model_check in result.model:
+        lines.append(f"  model {'ok  ' if model_check.passed else 'FAIL'} {model_check}")
     lines.append("PASS" if result.passed else f"FAIL: {len(result.regressions)} regressions, "
-                 f"{sum(not c.passed for c in result.shapes)} failed shape checks")
+                 f"{sum(not c.passed for c in result.shapes)} failed shape checks, "
+                 f"{sum(not c.passed for c in result.model)} frontier points over {MODEL_GATE:.2f}x their model")
     return "\n".join(lines)
 
 
@@ -75,6 +79,14 @@ def _markdown(result: RegressResult, plots: dict[str, Path], root: Path) -> str:
     if result.shapes:
         lines += ["## Expected shape", "", "| case | claim | holds | detail |", "|---|---|---|---|"]
         lines += [f"| {c.case} | {c.claim} | {'yes' if c.passed else '**no**'} | {c.detail} |" for c in result.shapes]
+        lines.append("")
+    if result.model:
+        lines += [f"## Compiled vs the synthesizer's model (gate: {MODEL_GATE:.2f}x)", "",
+                  "| case | point | size | model (us) | compiled (us) | ratio | bound (us) | tuned | holds |",
+                  "|---|---|---:|---:|---:|---:|---:|---|---|"]
+        lines += [f"| {c.case} | `{c.name}` | {format_size(c.size_bytes)} | {c.model_us:.2f} | {c.compiled_us:.2f} | "
+                  f"{c.ratio:.3f} | {c.bound_us:.2f} | {'yes' if c.tuned else 'no'} | "
+                  f"{'yes' if c.passed else '**no**'} |" for c in result.model]
         lines.append("")
     lines += ["## Synthesized vs hand-written", ""]
     for case, rows in result.matchups.items():
@@ -124,6 +136,9 @@ def _as_json(result: RegressResult) -> dict:  # type: ignore[type-arg]
                      "passed": e.passed, "message": e.message,
                      "times_us": {str(s): t for s, t in sorted(e.times_us.items())}} for e in result.entries],
         "failed_items": [{"item": label, "message": message} for label, message in result.failed_items],
+        "model": [{"case": c.case, "point": c.name, "size_bytes": c.size_bytes, "model_us": c.model_us,
+                   "compiled_us": c.compiled_us, "bound_us": c.bound_us, "tuned": c.tuned, "passed": c.passed}
+                  for c in result.model],
     }
 
 

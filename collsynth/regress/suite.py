@@ -27,6 +27,7 @@ from pathlib import Path
 from collsynth.catalog import BuildEvent, Catalog, CompileVariant, EntryRow, Plan, expand_plan, load_plan, run_items
 from collsynth.catalog.plan import LIBRARY
 from collsynth.regress.baseline import Baseline
+from collsynth.regress.model_gate import ModelCheck, model_checks
 
 SUITES_DIR = Path(__file__).resolve().parent  # quick.toml, full.toml (and the sketch they name)
 DEFAULT_TOLERANCE = 0.05
@@ -55,6 +56,7 @@ class CaseEntry:
     message: str
     times_us: Mapping[int, float] = field(default_factory=dict)  # nccl-tests size -> predicted time
     busbw: Mapping[int, float] = field(default_factory=dict)
+    tuned_us: Mapping[int, float] = field(default_factory=dict)  # nccl-tests size -> tuned time (collsynth.tune)
 
     @property
     def synthesized(self) -> bool:
@@ -118,6 +120,7 @@ class RegressResult:
     matchups: Mapping[str, tuple[Matchup, ...]]  # case -> per size
     shapes: tuple[ShapeCheck, ...]
     seconds: float
+    model: tuple[ModelCheck, ...] = ()  # the model gate (model_gate.py)
 
     @property
     def regressions(self) -> list[Finding]:
@@ -125,13 +128,14 @@ class RegressResult:
 
     @property
     def passed(self) -> bool:
-        return not self.regressions and all(check.passed for check in self.shapes)
+        return (not self.regressions and all(check.passed for check in self.shapes)
+                and all(check.passed for check in self.model))
 
     @property
     def broken(self) -> bool:
-        """Failures that no baseline excuses: wrong results, failed items, failed shape checks."""
+        """Failures that no baseline excuses: wrong results, failed items, failed shape or model checks."""
         return (any(not e.passed for e in self.entries) or bool(self.failed_items)
-                or not all(check.passed for check in self.shapes))
+                or not all(check.passed for check in self.shapes) or not all(check.passed for check in self.model))
 
     def times(self) -> dict[str, dict[int, float]]:
         """Entry key -> size -> us, for the baseline (verified entries only)."""
@@ -178,7 +182,15 @@ def _case_entry(catalog: Catalog, row: EntryRow, type_name: str) -> CaseEntry:
                      chunks=row.chunks, steps=row.steps, rounds=row.rounds, passed=row.ok,
                      message=row.message if row.ok else f"{row.stage}: {row.message}",
                      times_us={p.size_bytes: p.time_us for p in points},
-                     busbw={p.size_bytes: p.busbw_GBps for p in points})
+                     busbw={p.size_bytes: p.busbw_GBps for p in points}, tuned_us=_tuned(row.provenance))
+
+
+def _tuned(provenance: Mapping[str, object]) -> dict[int, float]:
+    """nccl-tests size -> tuned time, from the catalog's tuning records (none when it was not tuned)."""
+    records = provenance.get("tuned")
+    if not isinstance(records, list):
+        return {}
+    return {int(r["size_bytes"]): float(r["time_us"]) for r in records}
 
 
 def compare_with_baseline(entries: Sequence[CaseEntry], failed_items: Sequence[tuple[str, str]], baseline: Baseline,
@@ -292,7 +304,7 @@ def evaluate(plan: Plan, entries: Sequence[CaseEntry], failed_items: Sequence[tu
                          entries=tuple(entries), failed_items=tuple(failed_items),
                          findings=tuple(compare_with_baseline(entries, failed_items, baseline, plan.name, tolerance)),
                          matchups=matchups(entries), shapes=tuple(shape_checks(entries, wanted, tolerance)),
-                         seconds=seconds)
+                         seconds=seconds, model=tuple(model_checks(entries)))
 
 
 def _planned(plan: Plan, case: tuple[str, str]) -> bool:

@@ -1,0 +1,124 @@
+"""Evaluating a configuration: lower, compile (cached: compilation is size- and protocol-independent),
+then time it with the simulator, or with a GPU backend when one is present (the hook: `backend="cuda"`).
+
+An evaluation that cannot run (the compiler refuses, the simulated IR deadlocks) costs infinity: the
+search moves past it. The number of distinct (configuration, size) evaluations is the search's cost.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from collsynth.compiler import compile_program
+from collsynth.core.errors import CollsynthError
+from collsynth.ir import Algo
+from collsynth.language.lower import lower_to_program
+from collsynth.sim import SimModel, simulate
+from collsynth.topologies import Topology
+from collsynth.tune.space import Candidate, Config, TuneError
+
+BACKENDS = ("sim", "cuda")
+_Build = tuple[str, int, str, bool, bool, bool]  # (algorithm, instances, merge, fusion, pair tbs, timed order)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One evaluation: the time (inf when the configuration cannot run), busbw, and why it failed."""
+
+    time_us: float
+    busbw_GBps: float = 0.0
+    size_bytes: int = 0  # the nccl-tests size actually timed
+    failure: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return math.isfinite(self.time_us)
+
+
+class Evaluator:
+    """Times configurations of some candidates on one topology; caches compiled IRs and timings."""
+
+    def __init__(self, topology: Topology, candidates: list[Candidate] | tuple[Candidate, ...], *,
+                 backend: str = "sim", dtype: str = "float32", model: SimModel | None = None) -> None:
+        if backend not in BACKENDS:
+            raise TuneError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+        if backend == "cuda":
+            try:
+                import cupy  # type: ignore[import-not-found]  # noqa: F401
+            except ImportError:
+                raise TuneError("backend 'cuda' needs cupy and a GPU (pip install collsynth[gpu]); "
+                                "use --backend sim") from None
+        names = [c.name for c in candidates]
+        if len(set(names)) != len(names):
+            raise TuneError(f"two candidates share a name: {sorted(n for n in names if names.count(n) > 1)[0]!r}")
+        self.topology, self.backend, self.dtype = topology, backend, dtype
+        self.model = model or SimModel()
+        self.candidates = {c.name: c for c in candidates}
+        self._irs: dict[_Build, Algo | str] = {}
+        self._timings: dict[tuple[Config, int], Timing] = {}
+
+    def subset(self, names: list[str] | tuple[str, ...]) -> Evaluator:
+        """An evaluator of some of the candidates that shares this one's compiled IRs and timings."""
+        sub = Evaluator(self.topology, [self.candidates[n] for n in names], backend=self.backend, dtype=self.dtype,
+                        model=self.model)
+        sub._irs, sub._timings = self._irs, self._timings
+        return sub
+
+    @property
+    def evaluations(self) -> int:
+        """Distinct (configuration, size) pairs timed so far."""
+        return len(self._timings)
+
+    def ir(self, config: Config) -> Algo:
+        """The compiled IR of `config` (raises the compiler's error when it cannot be built)."""
+        built = self._build(config)
+        if isinstance(built, str):
+            raise TuneError(f"{config.label()}: {built}")
+        return replace(built, proto=config.protocol)
+
+    def _build(self, config: Config) -> Algo | str:
+        key = (config.algorithm, config.instances, config.merge, config.fusion, config.pair_threadblocks,
+               config.timed_order)
+        if key not in self._irs:
+            candidate = self.candidates[config.algorithm]
+            try:
+                if candidate.algorithm is not None:
+                    program = lower_to_program(candidate.algorithm, instances=config.instances, merge=config.merge)
+                else:
+                    assert candidate.program is not None
+                    program = candidate.program
+                self._irs[key] = compile_program(program, instances=config.instances, instr_fusion=config.fusion,
+                                                 pair_threadblocks=config.pair_threadblocks,
+                                                 timed_order=config.timed_order)
+            except CollsynthError as exc:
+                self._irs[key] = str(exc)
+        return self._irs[key]
+
+    def time(self, config: Config, size: int) -> Timing:
+        """Time `config` at `size` bytes (nccl-tests size), once; later calls come from the cache."""
+        key = (config, size)
+        if key not in self._timings:
+            self._timings[key] = self._measure(config, size)
+        return self._timings[key]
+
+    def seen(self, config: Config, size: int) -> bool:
+        return (config, size) in self._timings
+
+    def _measure(self, config: Config, size: int) -> Timing:
+        built = self._build(config)
+        if isinstance(built, str):
+            return Timing(math.inf, failure=built)
+        ir = replace(built, proto=config.protocol)
+        if self.backend == "cuda":  # pragma: no cover - needs a GPU
+            from collsynth.runtime import execute
+
+            result = execute(ir, "cuda", nbytes=size, dtype=self.dtype)
+            if not result.passed:
+                return Timing(math.inf, failure=result.message)
+            return Timing(result.seconds * 1e6, 0.0, size)
+        try:
+            row = simulate(ir, self.topology, [size], dtype=self.dtype, model=self.model).rows[0]
+        except CollsynthError as exc:
+            return Timing(math.inf, failure=str(exc))
+        return Timing(row.time_us, row.busbw_GBps, row.size_bytes)

@@ -1,0 +1,195 @@
+"""The search: exhaustive over (algorithm, protocol), coordinate descent over the resource axes.
+
+`tune_size` times, for every candidate and protocol, the grid's start (or a warm start: the best resource
+values of the previous size) and walks from the better half of them along each resource axis in turn. An
+ordered axis (instances) is line-searched outwards from its current value, first upwards then downwards,
+stopping at the first value that is no faster (time is unimodal along it); an unordered axis tries each of
+its values. Passes repeat until one changes nothing. `exhaustive_size` times every configuration of the
+same grid (the reference).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from collsynth.tune.evaluate import Evaluator, Timing
+from collsynth.tune.space import ORDERED_AXES, RESOURCE_AXES, Candidate, Config, Grid
+
+MAX_PASSES = 3
+
+
+@dataclass(frozen=True)
+class SizeResult:
+    """The tuned configuration of one size and how the search got there."""
+
+    size: int  # requested size (bytes)
+    best: Config | None  # None: no configuration could run
+    timing: Timing
+    evaluations: int  # distinct evaluations this size spent
+    trace: tuple[tuple[Config, float], ...]  # every evaluation in order: (configuration, time in us)
+    seconds: float
+
+    def to_dict(self) -> dict:  # type: ignore[type-arg]
+        return {"size": self.size, "nccl_size": self.timing.size_bytes,
+                "best": self.best.to_dict() if self.best else None, "time_us": self.timing.time_us,
+                "busbw_GBps": self.timing.busbw_GBps, "evaluations": self.evaluations,
+                "seconds": round(self.seconds, 4),
+                "trace": [[c.label(), t if math.isfinite(t) else None] for c, t in self.trace]}
+
+
+class _Walk:
+    """Evaluations of one size, recorded in order."""
+
+    def __init__(self, evaluator: Evaluator, size: int) -> None:
+        self.evaluator, self.size = evaluator, size
+        self.trace: list[tuple[Config, float]] = []
+        self.spent = 0
+
+    def time(self, config: Config) -> float:
+        if not self.evaluator.seen(config, self.size):
+            self.spent += 1
+            timing = self.evaluator.time(config, self.size)
+            self.trace.append((config, timing.time_us))
+        return self.evaluator.time(config, self.size).time_us
+
+
+def descend(walk: _Walk, grid: Grid, candidate: Candidate, start: Config) -> tuple[Config, float]:
+    """Coordinate descent over the resource axes from `start` (see the module docstring)."""
+    best, best_t = start, walk.time(start)
+    for _ in range(MAX_PASSES):
+        moved = False
+        for axes in RESOURCE_AXES:
+            values = grid.joint_values(axes, candidate)
+            if len(values) < 2:
+                continue
+            if axes in ORDERED_AXES:
+                found, found_t = _line_search(walk, best, best_t, axes[0], [v[0] for v in values])
+            else:
+                found, found_t = best, best_t
+                for value in values:
+                    config = replace(best, **dict(zip(axes, value, strict=True)))
+                    t = walk.time(config)
+                    if t < found_t:
+                        found, found_t = config, t
+            if found != best:
+                best, best_t, moved = found, found_t, True
+        if not moved:
+            break
+    return best, best_t
+
+
+def _line_search(walk: _Walk, best: Config, best_t: float, axis: str,
+                 values: Sequence[Any]) -> tuple[Config, float]:
+    """Outwards from the current value along an ordered axis, up first, then down; stop at no gain."""
+    at = values.index(getattr(best, axis)) if getattr(best, axis) in values else 0
+    for direction in (1, -1):
+        k = at + direction
+        moved = False
+        while 0 <= k < len(values):
+            config = replace(best, **{axis: values[k]})
+            t = walk.time(config)
+            if not t < best_t:
+                break
+            best, best_t, moved = config, t, True
+            k += direction
+        if moved:
+            break  # unimodal: once one direction gained, the other cannot
+    return best, best_t
+
+
+def tune_size(evaluator: Evaluator, size: int, grid: Grid | None = None,
+              warm: Config | None = None, descents: int | None = None) -> SizeResult:
+    """The best configuration at `size`: every (candidate, protocol) exhaustively, the resources by descent
+    (from `warm`'s resource values when given, e.g. the previous size's best). `descents`: descend only from
+    that many of the best (candidate, protocol) starting points (None: the better half, rounded up; AutoCCL
+    likewise prunes implementations whose starting point is already far behind)."""
+    grid = grid or Grid()
+    start_clock = time.perf_counter()
+    walk = _Walk(evaluator, size)
+    starts = []
+    for candidate in evaluator.candidates.values():
+        for protocol in grid.protocols:
+            start = grid.start(candidate, protocol)
+            if warm is not None:
+                start = _warm_start(start, warm, grid, candidate)
+            starts.append((candidate, start))
+    keep = descents if descents is not None else (len(starts) + 1) // 2
+    if keep < len(starts):
+        timed = sorted(range(len(starts)), key=lambda k: (walk.time(starts[k][1]), k))
+        starts = [starts[k] for k in sorted(timed[:keep])]
+    best: Config | None = None
+    best_t = math.inf
+    for candidate, start in starts:
+        config, t = descend(walk, grid, candidate, start)
+        if t < best_t:
+            best, best_t = config, t
+    return _result(evaluator, size, best, walk, start_clock)
+
+
+def _warm_start(start: Config, warm: Config, grid: Grid, candidate: Candidate) -> Config:
+    changes = {axis: getattr(warm, axis) for axes in RESOURCE_AXES for axis in axes
+               if getattr(warm, axis) in grid.values(axis, candidate)}
+    return replace(start, **changes)
+
+
+def exhaustive_size(evaluator: Evaluator, size: int, grid: Grid | None = None) -> SizeResult:
+    """Every configuration of the grid at `size` (the reference the tuner is measured against)."""
+    grid = grid or Grid()
+    start_clock = time.perf_counter()
+    walk = _Walk(evaluator, size)
+    best: Config | None = None
+    best_t = math.inf
+    for candidate in evaluator.candidates.values():
+        for config in grid.every(candidate):
+            t = walk.time(config)
+            if t < best_t:
+                best, best_t = config, t
+    return _result(evaluator, size, best, walk, start_clock)
+
+
+def _result(evaluator: Evaluator, size: int, best: Config | None, walk: _Walk, start_clock: float) -> SizeResult:
+    timing = evaluator.time(best, size) if best is not None else Timing(math.inf)
+    return SizeResult(size, best, timing, walk.spent, tuple(walk.trace), time.perf_counter() - start_clock)
+
+
+@dataclass(frozen=True)
+class TuneRun:
+    """Tuned configurations per size of one (topology, collective); `interrupted` when Ctrl-C stopped it."""
+
+    topology: str
+    collective: str
+    candidates: tuple[str, ...]
+    results: tuple[SizeResult, ...]
+    interrupted: bool = False
+
+    @property
+    def evaluations(self) -> int:
+        return sum(r.evaluations for r in self.results)
+
+    def to_dict(self) -> dict:  # type: ignore[type-arg]
+        return {"topology": self.topology, "collective": self.collective, "candidates": list(self.candidates),
+                "interrupted": self.interrupted, "evaluations": self.evaluations,
+                "sizes": [r.to_dict() for r in self.results]}
+
+
+def tune_sizes(evaluator: Evaluator, collective: str, sizes: Sequence[int], grid: Grid | None = None, *,
+               on_size: Callable[[SizeResult], None] | None = None, descents: int | None = None) -> TuneRun:
+    """Tune every size in turn (each warm-started from the previous best). Ctrl-C returns the sizes
+    finished so far with `interrupted=True`."""
+    results: list[SizeResult] = []
+    warm: Config | None = None
+    interrupted = False
+    try:
+        for size in sizes:
+            result = tune_size(evaluator, size, grid, warm, descents)
+            results.append(result)
+            warm = result.best or warm
+            if on_size is not None:
+                on_size(result)
+    except KeyboardInterrupt:
+        interrupted = True
+    return TuneRun(evaluator.topology.name, collective, tuple(evaluator.candidates), tuple(results), interrupted)

@@ -1,0 +1,143 @@
+"""The tuner: exhaustive over (algorithm, protocol), coordinate descent over resources; against exhaustive
+search of the same grid, deterministic, and every configuration it picks runs correctly."""
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from collsynth.collectives import make_collective
+from collsynth.compiler import compile_program
+from collsynth.language.lower import lower_to_program
+from collsynth.runtime import execute
+from collsynth.schedule import Algorithm, Send, Step
+from collsynth.topologies import fully_connected, ring
+from collsynth.tune import Candidate, Config, Evaluator, Grid, TuneError, exhaustive_size, tune_size, tune_sizes
+from collsynth.tune.candidates import algorithm_candidate, library_candidates, parse_size_range
+from collsynth.tune.search import _line_search
+
+SMALL = Grid(protocols=("Simple", "LL"), instances=(1, 2, 3))
+
+
+def ring_allgather(n: int) -> Algorithm:
+    steps = [Step(1, tuple(Send((r - k) % n, r, (r + 1) % n) for r in range(n))) for k in range(n - 1)]
+    return Algorithm("ring-ag", ring(n), make_collective("allgather", n), tuple(steps))
+
+
+def direct_allgather(n: int) -> Algorithm:
+    """One step: every rank sends its chunk to every other rank (fully connected)."""
+    sends = tuple(Send(r, r, d) for r in range(n) for d in range(n) if d != r)
+    return Algorithm("direct-ag", fully_connected(n), make_collective("allgather", n), (Step(1, sends),))
+
+
+def candidates(topo, algorithms):
+    return [algorithm_candidate(a, topo, "allgather") for a in algorithms] + library_candidates(topo, "allgather")
+
+
+@pytest.mark.parametrize("size", [1 << 10, 1 << 24])
+def test_tuner_matches_exhaustive_with_fewer_evaluations(size):
+    topo = fully_connected(4)
+    cands = candidates(topo, [replace(direct_allgather(4), topology=topo)])
+    tuned = tune_size(Evaluator(topo, cands), size, SMALL)
+    full = exhaustive_size(Evaluator(topo, cands), size, SMALL)
+    assert full.evaluations == sum(len(SMALL.every(c)) for c in cands)
+    assert tuned.evaluations < full.evaluations
+    assert tuned.timing.time_us <= full.timing.time_us * 1.02
+    assert full.timing.time_us == min(t for _, t in full.trace)
+
+
+def test_tuning_is_deterministic():
+    topo = ring(4)
+    cands = candidates(topo, [ring_allgather(4)])
+    first = tune_size(Evaluator(topo, cands), 1 << 20, SMALL)
+    second = tune_size(Evaluator(topo, cands), 1 << 20, SMALL)
+    assert first.best == second.best
+    assert [c for c, _ in first.trace] == [c for c, _ in second.trace]
+
+
+def test_picked_configurations_pass_the_interpreter():
+    topo = ring(4)
+    evaluator = Evaluator(topo, candidates(topo, [ring_allgather(4)]))
+    for size in (1 << 10, 1 << 24):
+        best = tune_size(evaluator, size, SMALL).best
+        assert best is not None
+        assert execute(evaluator.ir(best), "cpu").passed
+
+
+def test_protocol_is_applied_after_compiling_without_changing_the_ir():
+    algorithm = ring_allgather(4)
+    evaluator = Evaluator(ring(4), [algorithm_candidate(algorithm, ring(4), "allgather")])
+    config = Config(evaluator.candidates.__iter__().__next__(), "LL128", 2)
+    assert evaluator.ir(config) == compile_program(lower_to_program(algorithm, instances=2, protocol="LL128"))
+
+
+class _FakeWalk:
+    """time(config) = (instances - 5)^2: unimodal in instances, minimum at 5."""
+
+    def __init__(self):
+        self.calls = []
+
+    def time(self, config):
+        self.calls.append(config.instances)
+        return float((config.instances - 5) ** 2)
+
+
+def test_line_search_follows_unimodal_axis_to_its_minimum():
+    walk = _FakeWalk()
+    start = Config("a", instances=2)
+    best, t = _line_search(walk, start, walk.time(start), "instances", list(range(1, 9)))
+    assert (best.instances, t) == (5, 0.0)
+    assert walk.calls == [2, 3, 4, 5, 6]  # stops at the first value that is no better; never goes down
+    walk = _FakeWalk()
+    start = Config("a", instances=8)
+    best, _ = _line_search(walk, start, walk.time(start), "instances", list(range(1, 9)))
+    assert best.instances == 5 and walk.calls == [8, 7, 6, 5, 4]
+
+
+def test_unrunnable_configuration_costs_infinity():
+    program = lower_to_program(ring_allgather(4))
+    evaluator = Evaluator(ring(5), [Candidate("four", "library", program=program)])  # 4-rank program, 5 ranks
+    timing = evaluator.time(Config("four"), 1 << 10)
+    assert not timing.ok and math.isinf(timing.time_us) and "5 ranks" in timing.failure
+    result = tune_size(evaluator, 1 << 10, SMALL)
+    assert result.best is None and math.isinf(result.timing.time_us)
+
+
+def test_interrupted_tuning_keeps_finished_sizes():
+    topo = ring(4)
+    evaluator = Evaluator(topo, candidates(topo, [ring_allgather(4)]))
+    seen = []
+
+    def stop_after_first(result):
+        seen.append(result)
+        raise KeyboardInterrupt
+
+    run = tune_sizes(evaluator, "allgather", [1 << 10, 1 << 12, 1 << 14], SMALL, on_size=stop_after_first)
+    assert run.interrupted and len(run.results) == 1 and run.results[0].size == 1 << 10
+
+
+def test_bad_input_is_refused():
+    with pytest.raises(TuneError, match="empty"):
+        parse_size_range("1GB:1KB")
+    with pytest.raises(TuneError, match="absurd"):
+        parse_size_range("1KB:100TB")
+    with pytest.raises(TuneError):
+        parse_size_range("lots")
+    assert parse_size_range("1KB:1MB") == [1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20]
+    with pytest.raises(TuneError, match="lacks"):
+        algorithm_candidate(direct_allgather(4), ring(4), "allgather")
+    with pytest.raises(TuneError, match="not allreduce"):
+        algorithm_candidate(ring_allgather(4), ring(4), "allreduce")
+    with pytest.raises(TuneError, match="Simple"):
+        Grid(protocols=("Fast",))
+
+
+def test_descending_from_the_best_start_only_spends_fewer_evaluations():
+    topo = ring(4)
+    cands = candidates(topo, [ring_allgather(4)])
+    full = tune_size(Evaluator(topo, cands), 1 << 20, SMALL)
+    pruned = tune_size(Evaluator(topo, cands), 1 << 20, SMALL, descents=1)
+    assert pruned.evaluations < full.evaluations
+    assert pruned.timing.time_us >= full.timing.time_us
+    starts = len(cands) * len(SMALL.protocols)
+    assert pruned.evaluations >= starts  # every (candidate, protocol) start is still timed
