@@ -15,17 +15,28 @@ from collsynth.compiler.deps import insert_dependencies, prune_dependencies
 from collsynth.compiler.errors import CompileError
 from collsynth.compiler.lowering import insert_nops, lower_to_ir, replicate_instances, step_lines
 from collsynth.compiler.placement import assign_channels, assign_threadblocks, schedule
+from collsynth.compiler.split import pair_threadblocks, split_to_target, spread_channels
+from collsynth.core.targets import Target
 from collsynth.ir import Algo
 from collsynth.language.program import Program, ProgramOptions
 
 _OPTION_NAMES = frozenset(f.name for f in fields(ProgramOptions))
 
 
-def compile_program(program: Program, **options: Any) -> Algo:
+def compile_program(program: Program, target: Target | str | None = None, **options: Any) -> Algo:
     """Program -> MSCCL-IR. Keyword options override the program's own: any ProgramOptions field
     (instr_fusion, threadblock_policy, interleaved_replication, aggregate, check, dependence_nop) and
-    `instances` / `protocol`."""
+    `instances` / `protocol`. With a `target` (collsynth.core.targets), the work is split to fit that
+    runtime's limits (compiler/split.py) or refused naming the limit and the runtime."""
     program = with_options(program, **options)
+    if target is None:
+        return _compile_once(program, 1, False)
+    return split_to_target(program, target, _compile_once)
+
+
+def _compile_once(program: Program, spread: int, pair: bool) -> Algo:
+    """The passes, in order; `spread` > 1 spreads each channel's transfer chains over that many channels,
+    `pair` merges send-only and receive-only threadblocks (compiler/split.py)."""
     opts = program.options
     with _collector_paused():
         dag = order_messages(trace_to_dag(program))
@@ -33,7 +44,10 @@ def compile_program(program: Program, **options: Any) -> Algo:
             dag = aggregate_contiguous(dag, contiguous_io=program.instances == 1 or not opts.interleaved_replication)
         if opts.instr_fusion:
             dag = fuse_instructions(dag)
-        placed = assign_threadblocks(schedule(assign_channels(dag)), opts.threadblock_policy)
+        scheduled = schedule(spread_channels(assign_channels(dag), spread))
+        placed = assign_threadblocks(scheduled, opts.threadblock_policy)
+        if pair:
+            placed = pair_threadblocks(scheduled, placed)
         deps = prune_dependencies(insert_dependencies(placed))
         tbprog = insert_nops(replicate_instances(deps, program))
         return check_ir(lower_to_ir(tbprog), step_lines(tbprog), order=opts.check, source=dag.source)
