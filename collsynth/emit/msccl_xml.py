@@ -63,8 +63,8 @@ from lxml import etree
 
 from collsynth.compiler.split import TargetLimitError, target_violation
 from collsynth.core.errors import CollsynthError
-from collsynth.core.targets import Target, get_target
 from collsynth.core.files import write_atomic
+from collsynth.core.targets import Target, get_target
 from collsynth.ir import Algo, Gpu, Step, Threadblock
 from collsynth.ir.validate import validate
 

@@ -211,3 +211,17 @@ def test_legacy_export_caps_algorithms_and_writes_its_size_rule(export_db: Path,
             assert ir.max_bytes == (INT64_MAX if algo["maxBytes"] == 0 else algo["maxBytes"] + 1)
     if summary.left_out:
         assert "left out" in str(summary)
+
+
+@pytest.mark.parametrize("runtime", ["msccl-executor", "rccl", "msccl-legacy"])
+def test_every_exported_xml_passes_doctor(export_db: Path, tmp_path: Path, cli_runner, runtime: str) -> None:
+    from collsynth.cli import main
+
+    target = tmp_path / runtime
+    with Catalog(export_db) as catalog:
+        write_export(catalog, plan_export(catalog, target=runtime), target, target=runtime)
+    topo_dirs = [d for d in target.iterdir() if (d / "msccl-algorithms").is_dir()]
+    assert topo_dirs
+    for topo_dir in topo_dirs:
+        result = cli_runner.invoke(main, ["doctor", str(topo_dir), "--target", runtime])
+        assert result.exit_code == 0, result.output
