@@ -120,7 +120,7 @@ class ProgramBuilder:
         return ChunkRef(self, slot, self._versions(slot), line)
 
     def _slot(self, rank: int, buffer: Buffer | str, index: int, size: int, line: int, file: str, *,
-              creating: bool) -> Slot:
+              creating: bool, alias_rank: int | None = None) -> Slot:
         n = self.collective.num_ranks
         if type(rank) is not int:  # noqa: E721 - the fast path; numpy integers are converted
             number = _as_int(rank)
@@ -141,7 +141,9 @@ class ProgramBuilder:
         if size is None or size < 1:
             raise ProgramError(f"{where(line, file)}size {raw_size!r} must be an integer >= 1")
         if self.collective.inplace:
-            name, index = self._alias(self.collective, rank, name, index)
+            # MSCCLang resolves an in-place index with the rank that names it: a copy's destination index with
+            # the SENDING rank's offset (get_buffer_index(self.rank, ...)), which in-place programs rely on
+            name, index = self._alias(self.collective, rank if alias_rank is None else alias_rank, name, index)
         if is_scratch(name):
             have = self._scratch[rank].get(name)
             if not creating and (have is None or index + size > have):
@@ -216,7 +218,8 @@ class ProgramBuilder:
                 raise ProgramError(f"{where(line, file)}copy to rank {dst} {name}: give the index to write")
             if isinstance(dst, int) and 0 <= dst < self.collective.num_ranks:
                 index = self._scratch[dst].get(name, 0)  # MSCCLang: append to the scratch buffer
-        target = self._slot(dst, name, index, src.count, line, file, creating=True)
+        target = self._slot(dst, name, index, src.count, line, file, creating=True,
+                            alias_rank=None if buffer is None else src.rank)
         if target == src:
             return ref  # copying a chunk onto itself (common with inplace collectives) is a no-op
         if is_scratch(target.buffer):
