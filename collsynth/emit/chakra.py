@@ -14,6 +14,8 @@ threadblock, and a step's `(depid, deps)` adds a dependency on the last node of 
   cpy / re     COMP (a local copy / reduction)
   nop          COMP of duration 0 (keeps the synchronisation point; the model charges a nop nothing)
 
+The metadata carries the collective's `comm_size` as ASTRA-sim reads it for a collective: each rank's input in
+bytes (for an AllGather the per-rank input, 1/ngpus of the gathered output `nbytes`).
 COMM nodes carry `comm_src`, `comm_dst` (int32), `comm_size` (int64, bytes) and `comm_tag` (int32) as
 Chakra's feeder reads them, plus `is_cpu_op` = false. A message is the k-th on its connection (sender,
 receiver, channel) -- the MSCCL runtime matches sends and receives in FIFO order per connection -- and its
@@ -184,6 +186,7 @@ def _rank_trace(ir: Algo, gpu_index: int, nbytes: int, tags: dict[tuple[int, int
                               ("protocol", "string_val", ir.proto), ("ngpus", "int32_val", ir.ngpus),
                               ("rank", "int32_val", rank), ("nbytes", "int64_val", nbytes),
                               ("nchunksperloop", "int32_val", ir.nchunksperloop),
+                              ("comm_size", "int64_val", input_bytes(ir, nbytes)),
                               ("exporter", "string_val", "collsynth")):
         metadata.attr.add(name=name, **{kind: value})
     out = [_delimited(metadata.SerializeToString())]
@@ -251,6 +254,13 @@ def _rank_trace(ir: Algo, gpu_index: int, nbytes: int, tags: dict[tuple[int, int
         last_node[i][j] = next_id - 1
         prev_in_tb[i] = next_id - 1
     return b"".join(out)
+
+
+def input_bytes(ir: Algo, nbytes: int) -> int:
+    """The collective's size as ASTRA-sim reads a collective's `comm_size`: each rank's input. `nbytes` is the
+    larger per-rank buffer (nccl-tests' size column), which for an AllGather is the gathered output, ngpus
+    times the input."""
+    return nbytes // ir.ngpus if ir.collective == "allgather" else nbytes
 
 
 def export_chakra(ir: Algo, out_dir: str | os.PathLike[str], prefix: str = "ir", nbytes: int = MB) -> list[Path]:

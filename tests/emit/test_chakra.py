@@ -125,7 +125,7 @@ def test_round_trip(tmp_path) -> None:
     meta = node_attrs(metadata)
     assert metadata.version == "0.0.4"
     assert meta == {"algorithm": ir.name, "collective": "allreduce", "protocol": "Simple", "ngpus": 4, "rank": 2,
-                    "nbytes": 4 * MiB, "nchunksperloop": 4, "exporter": "collsynth"}
+                    "nbytes": 4 * MiB, "nchunksperloop": 4, "comm_size": 4 * MiB, "exporter": "collsynth"}
     assert len(nodes) == 1 + 2 * 2 + 2 + 2 * 2 + 1  # s, 2 x rrs, rrcs, 2 x rcs, r (fused: no COMP node)
     copy = write_trace(tmp_path / "copy.et", metadata, nodes)
     metadata2, nodes2 = read_chakra(copy)
@@ -257,3 +257,13 @@ def test_simulator_charges_the_cost_table_over_the_tile_loop() -> None:
     assert time == pytest.approx(expected)
     assert model.local_step_us("re", 1, MiB, 1) - model.local_alpha_us == pytest.approx(
         1.5 * (model.local_step_us("cpy", 1, MiB, 1) - model.local_alpha_us))
+
+
+def test_allgather_comm_size_is_the_per_rank_input(tmp_path) -> None:
+    from collsynth.algorithms import LIBRARY
+    from collsynth.compiler import compile_program
+    from collsynth.topologies.library import fully_connected
+
+    ir = compile_program(LIBRARY["ring_allgather"].builder(fully_connected(4)))
+    metadata, _ = read_chakra(export_chakra(ir, tmp_path, "ag", nbytes=8 * MiB)[0])
+    assert node_attrs(metadata)["comm_size"] == 2 * MiB  # ASTRA-sim: each rank's input, not the gathered 8 MiB
