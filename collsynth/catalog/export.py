@@ -154,15 +154,15 @@ def write_export(catalog: Catalog, groups: Sequence[ExportGroup], directory: str
 
     runtime = get_target(target)
     left_out: list[str] = []
-    target = Path(directory)
-    if target.exists() and not target.is_dir():
-        raise CatalogError(f"{target} exists and is not a directory; choose another --msccl DIR")
-    if target.is_dir() and any(target.iterdir()) and not force:
-        raise CatalogError(f"{target} exists and is not empty; choose a new directory or pass --force to replace it")
-    parent = target.parent if str(target.parent) else Path(".")
+    out = Path(directory)
+    if out.exists() and not out.is_dir():
+        raise CatalogError(f"{out} exists and is not a directory; choose another --msccl DIR")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise CatalogError(f"{out} exists and is not empty; choose a new directory or pass --force to replace it")
+    parent = out.parent if str(out.parent) else Path(".")
     if not parent.is_dir():
-        raise CatalogError(f"cannot export to {target}: directory {parent} does not exist")
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=parent))
+        raise CatalogError(f"cannot export to {out}: directory {parent} does not exist")
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=parent))
     files: list[Path] = []
     try:
         (staging / "plots").mkdir()
@@ -211,11 +211,11 @@ def write_export(catalog: Catalog, groups: Sequence[ExportGroup], directory: str
 
         files.append(write_text_atomic(staging / "report.md", export_report(groups, catalog.path)))
         _usual_permissions(staging)
-        _swap_into_place(staging, target)
+        _swap_into_place(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return ExportSummary(target, tuple(groups), tuple(target / f.relative_to(staging) for f in files),
+    return ExportSummary(out, tuple(groups), tuple(out / f.relative_to(staging) for f in files),
                          runtime.name, tuple(left_out))
 
 

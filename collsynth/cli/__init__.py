@@ -32,8 +32,7 @@ def main() -> None:
 
 # Each command module exposes `COMMANDS` (added to the top level) and/or `SYNTH_COMMANDS` (added to the
 # `synth` group), so that every stage's commands live beside each other and this list is the only registry.
-_MODULES = (topo, synth, milp, lower, compile, algorithms, run, sim, export, catalog, regress)
-_MODULES += (doctor,)
+_MODULES = (topo, synth, milp, lower, compile, algorithms, run, sim, export, catalog, regress, doctor)
 
 for _module in _MODULES:
     for _command in getattr(_module, "COMMANDS", ()):

@@ -42,8 +42,11 @@ _ALIASES = {"i": INPUT, INPUT: INPUT, "o": OUTPUT, OUTPUT: OUTPUT, "s": SCRATCH,
 
 _INPUT_ENUM, _OUTPUT_ENUM = Buffer.input, Buffer.output
 
+# What a program may name a buffer with: MSCCLang takes any hashable as a scratch buffer's name.
+BufferLike = Buffer | str | tuple[object, ...] | int
 
-def buffer_name(buffer: Buffer | str | tuple[object, ...] | int) -> str:
+
+def buffer_name(buffer: BufferLike) -> str:
     """The canonical program-level name of a buffer given as a `Buffer` or a string."""
     if buffer is _INPUT_ENUM:  # identity checks first: hashing an Enum member runs Python code
         return INPUT
