@@ -22,6 +22,7 @@ import click
 
 from collsynth.collectives import Collective
 from collsynth.compiler import CompileError, compile_program, instance_collective
+from collsynth.compiler.split import target_violation
 from collsynth.core.errors import CollsynthError
 from collsynth.core.targets import DEFAULT_TARGET, XML_TARGETS
 from collsynth.ir import Algo
@@ -97,7 +98,13 @@ def compile_command(program: str, args: tuple[str, ...], output: str | None, nam
     """Compile a DSL program (MSCCLang-compatible) to MSCCL-IR XML."""
     if not os.path.isfile(program):
         raise CompileError(f"{program}: no such file; give the path of a DSL program (.py)")
-    chosen = pick(run_dsl_file(program, args), program, name)
+    captured = run_dsl_file(program, args)
+    chosen = pick(captured, program, name)
+    if isinstance(chosen, Algo) and target_violation(chosen, target) is not None:
+        # XML() compiled it without a target: compile the traced program again, split to fit the target
+        traced = [x for x in captured if isinstance(x, Program) and x.name == chosen.name]
+        if traced:
+            chosen = traced[-1]
     if isinstance(chosen, Program):
         ir, coll = compile_program(chosen, target=target), instance_collective(chosen.collective, chosen.instances)
     else:  # an IR printed by XML(): the compiler recorded its collective

@@ -101,3 +101,18 @@ def test_bad_input_is_one_line(cli_runner, tmp_path: Path) -> None:
     assert bad.exit_code == 2
 
 
+
+
+def test_xml_call_is_recompiled_for_the_target(cli_runner, tmp_path: Path) -> None:
+    program = tmp_path / "ring64.py"
+    program.write_text("from collsynth.language import *\nfrom collsynth.language.collectives import AllReduce\n"
+                       "from collsynth.language.routines import allreduce_ring_inplace\n"
+                       "from collsynth.topologies import fully_connected\n"
+                       "with MSCCLProgram('ring64', fully_connected(64), AllReduce(64, 64, True), 1):\n"
+                       "    allreduce_ring_inplace(64)\n"
+                       "    XML()\n")
+    (tmp_path / "out").mkdir()
+    out = tmp_path / "out" / "ring64.xml"
+    compiled = cli_runner.invoke(main, ["compile", str(program), "-o", str(out), "--target", "rccl"])
+    assert compiled.exit_code == 0, compiled.output
+    assert doctor(cli_runner, out, "--target", "rccl").exit_code == 0
