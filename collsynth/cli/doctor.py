@@ -113,12 +113,18 @@ def selects(target: Target, f: LoadedFile, coll: str, nranks: int, inplace: bool
 
 
 def probe_sizes(files: Sequence[LoadedFile], size: int | None) -> list[int]:
-    """The sizes to try: the one asked for, else powers of two from 1 KiB to 16 GiB and every file's ends."""
+    """The sizes to try: the one asked for, else powers of two from 1 KiB to 16 GiB and, per file, the first and
+    last size its range admits and the next one after it (sizes in whole multiples of its nchunksperloop elements)."""
     if size is not None:
         return [size]
     sizes = {1 << k for k in range(10, 35)}
     for f in files:
-        sizes |= {f.min_bytes, f.max_bytes, f.max_bytes - 1, f.max_bytes + 1}
+        unit = ELEM_BYTES * f.nchunksperloop
+        first = -(-max(f.min_bytes, 1) // unit) * unit
+        sizes.add(first)
+        if 0 < f.max_bytes < 1 << 62:
+            last = f.max_bytes // unit * unit
+            sizes |= {last, last - unit, last + unit}
     return sorted(s for s in sizes if ELEM_BYTES <= s < 1 << 62)
 
 
@@ -129,6 +135,8 @@ def _why_none(target: Target, files: Sequence[LoadedFile], coll: str, nranks: in
     if not same:
         return "no loaded file for this collective, rank count and in-place kind"
     count = nbytes // ELEM_BYTES
+    if nbytes % ELEM_BYTES:
+        return f"{nbytes} bytes is not a whole number of {ELEM_BYTES}-byte elements"
     if all(count % f.nchunksperloop for f in same):
         return f"the element count {count} is not a multiple of any file's nchunksperloop"
     rule = "minBytes <= size < maxBytes" if target.max_bytes_exclusive else \
@@ -179,7 +187,8 @@ def doctor(source: Path, target: str, nranks: int | None, size: str | None) -> N
             if pick:
                 used.add(pick.path)
             if line != last or nbytes is not None:
-                click.echo(f"  from {format_size(s):>10}: {line}")
+                label = format_size(s) if parse_size(format_size(s)) == s else f"{s}B"
+                click.echo(f"  from {label:>10}: {line}")
                 last = line
     for f in loaded:
         if f.path not in used and nbytes is None:
