@@ -12,7 +12,10 @@ So the ranges we write for one (collective, ngpus, in-place kind) never overlap,
 its own directory (two topologies with the same rank count would otherwise compete). NCCL's
 `NCCL_MSCCL_ENABLE` and RCCL's `RCCL_MSCCL_ENABLE` default to 1; RCCL's internal scheduler only runs
 where RCCL enables MSCCL for the GPU unless `RCCL_MSCCL_FORCE_ENABLE=1`. The older microsoft/msccl loader
-instead takes a colon-separated list of files in `MSCCL_XML_FILES` with `NCCL_ALGO=MSCCL,RING,TREE`.
+(`--target msccl-legacy`) instead takes at most 4 files from the colon-separated `MSCCL_XML_FILES` with
+`NCCL_ALGO=MSCCL,RING,TREE` and selects minBytes <= size < maxBytes. Each export is written for one target
+(collsynth.core.targets): its spellings, size rule, algorithm cap (the rest is reported, not written) and loader
+limits (candidates it would refuse are skipped); `collsynth doctor DIR --target T` replays its loader.
 
 Layout of an export directory:
 
