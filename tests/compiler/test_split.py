@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from collsynth.algorithms import LIBRARY
 from collsynth.compiler import compile_program, instance_collective
@@ -131,3 +133,34 @@ def test_library_compiles_for_target(target: str) -> None:
                     assert passes(ir, program), (name, n, instances)
     known = [r for r in refused if r.startswith("allpairs_allreduce_one_phase:64:2")] if target == "rccl" else []
     assert refused == known, refused
+
+
+def tight(max_steps: int, max_tbs: int):
+    """A made-up runtime with small limits, to exercise every split on small programs."""
+    return replace(get_target("rccl"), name="tight", runtime="a tight test runtime", max_steps_per_tb=max_steps,
+                   max_tbs_per_gpu=max_tbs)
+
+
+def test_tight_target_is_met_by_spreading() -> None:
+    program = build("ring_allreduce", 8)
+    ir = compile_program(program, target=tight(8, 64))
+    assert max(len(tb.steps) for _, tb in ir.threadblocks()) <= 8 < max(
+        len(tb.steps) for _, tb in compile_program(program).threadblocks())
+    assert passes(ir, program)
+
+
+@settings(max_examples=25, deadline=None)
+@given(name=st.sampled_from(["ring_allgather", "ring_allreduce", "allpairs_alltoall", "allpairs_allreduce_two_phase",
+                             "recursive_doubling_allgather", "double_binary_tree_allreduce"]),
+       n=st.sampled_from([4, 8]), instances=st.integers(1, 2), max_steps=st.integers(4, 24),
+       max_tbs=st.integers(3, 16))
+def test_split_either_fits_and_runs_or_refuses(name, n, instances, max_steps, max_tbs) -> None:
+    program = build(name, n, instances)
+    target = tight(max_steps, max_tbs)
+    try:
+        ir = compile_program(program, target=target)
+    except TargetLimitError as err:
+        assert "a tight test runtime" in str(err) and "\n" not in str(err)
+        return
+    assert target_violation(ir, target) is None
+    assert passes(ir, program)
