@@ -187,7 +187,7 @@ def doctor(source: Path, target: str, nranks: int | None, size: str | None) -> N
             if pick:
                 used.add(pick.path)
             if line != last or nbytes is not None:
-                label = format_size(s) if parse_size(format_size(s)) == s else f"{s}B"
+                label = format_size(s) if s < 1024 or s % 1024 == 0 else f"{s}B"
                 click.echo(f"  from {label:>10}: {line}")
                 last = line
     for f in loaded:
