@@ -12,7 +12,10 @@ So the ranges we write for one (collective, ngpus, in-place kind) never overlap,
 its own directory (two topologies with the same rank count would otherwise compete). NCCL's
 `NCCL_MSCCL_ENABLE` and RCCL's `RCCL_MSCCL_ENABLE` default to 1; RCCL's internal scheduler only runs
 where RCCL enables MSCCL for the GPU unless `RCCL_MSCCL_FORCE_ENABLE=1`. The older microsoft/msccl loader
-instead takes a colon-separated list of files in `MSCCL_XML_FILES` with `NCCL_ALGO=MSCCL,RING,TREE`.
+(`--target msccl-legacy`) instead takes at most 4 files from the colon-separated `MSCCL_XML_FILES` with
+`NCCL_ALGO=MSCCL,RING,TREE` and selects minBytes <= size < maxBytes. Each export is written for one target
+(collsynth.core.targets): its spellings, size rule, algorithm cap (the rest is reported, not written) and loader
+limits (candidates it would refuse are skipped); `collsynth doctor DIR --target T` replays its loader.
 
 Layout of an export directory:
 
@@ -43,6 +46,8 @@ from collsynth.catalog.results import SimPoint
 from collsynth.catalog.select import SizeRange, Winner, crossover, size_granule, size_ranges, winners_per_size
 from collsynth.catalog.store import current_umask, write_text_atomic
 from collsynth.collectives import canonical_name, display_name
+from collsynth.compiler.split import target_violation
+from collsynth.core.targets import DEFAULT_TARGET, get_target
 from collsynth.core.units import format_size
 from collsynth.ir import Algo
 from collsynth.topologies import Topology
@@ -61,6 +66,7 @@ class ExportGroup:
     points: dict[str, tuple[SimPoint, ...]]  # entry id -> its simulated points
     winners: tuple[Winner, ...]
     ranges: tuple[SizeRange, ...]
+    refused: tuple[str, ...] = ()  # candidates the target's loader would refuse: "name: why"
 
     def entry(self, entry_id: str) -> EntryRow:
         return next(entry for entry in self.candidates if entry.id == entry_id)
@@ -75,18 +81,28 @@ class ExportSummary:
     directory: Path
     groups: tuple[ExportGroup, ...]
     files: tuple[Path, ...]
+    target: str = DEFAULT_TARGET
+    left_out: tuple[str, ...] = ()  # files beyond the target's algorithm cap, not written
 
     def __str__(self) -> str:
         ranges = sum(len(group.ranges) for group in self.groups)
-        return (f"exported {ranges} size ranges for {len(self.groups)} (topology, collective) groups to "
-                f"{self.directory}; see {self.directory / 'report.md'}")
+        text = (f"exported {ranges} size ranges for {len(self.groups)} (topology, collective) groups for "
+                f"{self.target} to {self.directory}; see {self.directory / 'report.md'}")
+        if self.left_out:
+            text += (f"; {len(self.left_out)} range(s) left out: {self.target} loads at most "
+                     f"{get_target(self.target).max_algorithms} algorithms ({', '.join(self.left_out)})")
+        refused = sum(len(group.refused) for group in self.groups)
+        if refused:
+            text += f"; {refused} candidate(s) skipped that {self.target} cannot load (report.md)"
+        return text
 
 
 def plan_export(catalog: Catalog, *, topologies: Sequence[str] = (), collectives: Sequence[str] = (),
-                dtype: str | None = None) -> list[ExportGroup]:
-    """Per (topology, collective, in-place kind) among verified entries: winners per grid size and the
-    size ranges with boundaries at the simulated crossovers."""
+                dtype: str | None = None, target: str = DEFAULT_TARGET) -> list[ExportGroup]:
+    """Per (topology, collective, in-place kind) among verified entries the target's runtime loads: winners per
+    grid size and the size ranges with boundaries at the simulated crossovers."""
     type_name = _type_name(catalog, dtype)
+    runtime = get_target(target)
     wanted_topologies = {t.lower() for t in topologies}
     wanted_collectives = {canonical_name(c) for c in collectives}
     groups: dict[tuple[str, str, bool], list[EntryRow]] = {}
@@ -105,6 +121,12 @@ def plan_export(catalog: Catalog, *, topologies: Sequence[str] = (), collectives
                                                                                                 kv[0][1], kv[0][2])):
         points = {entry.id: tuple(catalog.times(entry.id, type_name)) for entry in entries}
         entries = [entry for entry in entries if points[entry.id]]
+        refused = []
+        for entry in list(entries):
+            why = target_violation(_read_ir(catalog, entry), runtime)
+            if why is not None:
+                refused.append(f"{entry.name}: {why}")
+                entries.remove(entry)
         if not entries:
             continue
         topology = catalog.topology(fingerprint)
@@ -123,24 +145,27 @@ def plan_export(catalog: Catalog, *, topologies: Sequence[str] = (), collectives
         ranges = size_ranges(winners, boundary)
         out.append(ExportGroup(topology=topology, fingerprint=fingerprint, collective=collective, inplace=inplace,
                                dtype=type_name, candidates=tuple(entries), points={e.id: points[e.id] for e in entries},
-                               winners=tuple(winners), ranges=tuple(ranges)))
+                               winners=tuple(winners), ranges=tuple(ranges), refused=tuple(refused)))
     return out
 
 
 def write_export(catalog: Catalog, groups: Sequence[ExportGroup], directory: str | os.PathLike[str], *,
-                 force: bool = False) -> ExportSummary:
-    """Write the algorithm directories, loader configs, manifest, plots and report (module docstring)."""
+                 force: bool = False, target: str = DEFAULT_TARGET) -> ExportSummary:
+    """Write the algorithm directories, loader configs, manifest, plots and report (module docstring), every
+    XML as `target`'s runtime loads and selects it; files beyond its algorithm cap are left out and reported."""
     from collsynth.emit.msccl_xml import write_xml
 
-    target = Path(directory)
-    if target.exists() and not target.is_dir():
-        raise CatalogError(f"{target} exists and is not a directory; choose another --msccl DIR")
-    if target.is_dir() and any(target.iterdir()) and not force:
-        raise CatalogError(f"{target} exists and is not empty; choose a new directory or pass --force to replace it")
-    parent = target.parent if str(target.parent) else Path(".")
+    runtime = get_target(target)
+    left_out: list[str] = []
+    out = Path(directory)
+    if out.exists() and not out.is_dir():
+        raise CatalogError(f"{out} exists and is not a directory; choose another --msccl DIR")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise CatalogError(f"{out} exists and is not empty; choose a new directory or pass --force to replace it")
+    parent = out.parent if str(out.parent) else Path(".")
     if not parent.is_dir():
-        raise CatalogError(f"cannot export to {target}: directory {parent} does not exist")
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=parent))
+        raise CatalogError(f"cannot export to {out}: directory {parent} does not exist")
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=parent))
     files: list[Path] = []
     try:
         (staging / "plots").mkdir()
@@ -152,6 +177,7 @@ def write_export(catalog: Catalog, groups: Sequence[ExportGroup], directory: str
             algo_dir = staging / topo_slug / "msccl-algorithms"
             algo_dir.mkdir(parents=True)
             manifest = manifests.setdefault(topo_slug, [])
+            written = 0
             for group in topo_groups:
                 for index, size_range in enumerate(group.ranges):
                     entry = group.entry(size_range.winner)
@@ -159,7 +185,11 @@ def write_export(catalog: Catalog, groups: Sequence[ExportGroup], directory: str
                                  max_bytes=size_range.max_bytes)
                     name = (f"{group.collective}-{'inplace' if group.inplace else 'outofplace'}-{index}-"
                             f"{_size_label(size_range.min_bytes)}-{_size_label(size_range.max_bytes, upper=True)}.xml")
-                    files.append(write_xml(ir, algo_dir / name))
+                    if runtime.max_algorithms and written >= runtime.max_algorithms:
+                        left_out.append(f"{topo_slug}/{name}")
+                        continue
+                    written += 1
+                    files.append(write_xml(ir, algo_dir / name, runtime))
                     manifest.append({"file": f"msccl-algorithms/{name}", "collective": group.collective,
                                      "coll": ir.collective, "ngpus": ir.ngpus, "inplace": group.inplace,
                                      "minBytes": size_range.min_bytes, "maxBytes": size_range.max_bytes,
@@ -168,11 +198,15 @@ def write_export(catalog: Catalog, groups: Sequence[ExportGroup], directory: str
                                      "instances": entry.variant.instances,
                                      "won_sizes": [size_range.first_size, size_range.last_size]})
             topo_dir = staging / topo_slug
-            files.append(write_text_atomic(topo_dir / "msccl.env", loader_config(topo_groups)))
+            names = [Path(item["file"]).name for item in manifest]
+            files.append(write_text_atomic(topo_dir / "msccl.env", loader_config(topo_groups, runtime.name, names)))
             files.append(write_text_atomic(topo_dir / "manifest.json",
                                            json.dumps({"topology": topo_groups[0].topology.name,
                                                        "fingerprint": topo_groups[0].fingerprint,
-                                                       "dtype": topo_groups[0].dtype, "algorithms": manifest},
+                                                       "dtype": topo_groups[0].dtype, "target": runtime.name,
+                                                       "algorithms": manifest,
+                                                       "left_out": [x for x in left_out
+                                                                    if x.startswith(f"{topo_slug}/")]},
                                                       indent=1) + "\n"))
         plots = {group.slug: _plot(group, staging / "plots" / f"{group.slug}.png") for group in groups}
         files.extend(plots.values())
@@ -180,33 +214,46 @@ def write_export(catalog: Catalog, groups: Sequence[ExportGroup], directory: str
 
         files.append(write_text_atomic(staging / "report.md", export_report(groups, catalog.path)))
         _usual_permissions(staging)
-        _swap_into_place(staging, target)
+        _swap_into_place(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return ExportSummary(target, tuple(groups), tuple(target / f.relative_to(staging) for f in files))
+    return ExportSummary(out, tuple(groups), tuple(out / f.relative_to(staging) for f in files),
+                         runtime.name, tuple(left_out))
 
 
-def loader_config(groups: Sequence[ExportGroup]) -> str:
-    """The `msccl.env` file: environment for the MSCCL (msccl-executor-nccl), RCCL and legacy loaders."""
+def loader_config(groups: Sequence[ExportGroup], target: str = DEFAULT_TARGET,
+                  files: Sequence[str] | None = None) -> str:
+    """The `msccl.env` file: the environment `target`'s loader reads (MSCCL_ALGO_DIR for msccl-executor-nccl and
+    RCCL, which ignore NCCL_ALGO's MSCCL token; MSCCL_XML_FILES and NCCL_ALGO=MSCCL,... for microsoft/msccl)."""
+    runtime = get_target(target)
     topology = groups[0].topology
+    names = list(files) if files is not None else _manifest_files(groups)
     lines = [
-        f"# MSCCL/RCCL loader configuration for {topology.name} ({topology.num_ranks} ranks), written by collsynth.",
+        f"# {runtime.runtime} loader configuration for {topology.name} ({topology.num_ranks} ranks), written by "
+        "collsynth.",
         "# Use:  source msccl.env   (bash; finds msccl-algorithms/ next to this file), then run the job.",
-        "# The scheduler reads every file in MSCCL_ALGO_DIR and, per call, takes the first XML whose coll, ngpus,",
-        "# in-place kind and [minBytes, maxBytes] match (maxBytes 0 = no limit) and where count % nchunksperloop",
-        "# is 0; other calls fall back to NCCL/RCCL. Ranges below never overlap.",
         '_here="$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)"',
-        'export MSCCL_ALGO_DIR="$_here/msccl-algorithms"   # msccl-executor-nccl, RCCL, msccl-scheduler',
-        "export NCCL_MSCCL_ENABLE=1                         # msccl-executor-nccl (default 1)",
-        "export RCCL_MSCCL_ENABLE=1                         # RCCL (default 1)",
-        "export RCCL_MSCCL_FORCE_ENABLE=1                   # RCCL: use MSCCL on GPUs it does not enable it for",
-        "# Legacy microsoft/msccl loader (no directory scan): a colon-separated file list and the MSCCL algorithm.",
-        "# Note: that loader spells ReduceScatter 'reduce_scatter'; these files use the current 'reducescatter'.",
     ]
-    names = [f"$_here/msccl-algorithms/{item}" for item in _manifest_files(groups)]
-    lines.append(f'export MSCCL_XML_FILES="{":".join(names)}"')
-    lines.append("export NCCL_ALGO=MSCCL,RING,TREE")
+    if runtime.env == "MSCCL_XML_FILES":
+        lines += [
+            f"# The loader reads at most {runtime.max_algorithms} files from MSCCL_XML_FILES (colon-separated) and,",
+            "# per call, runs an XML whose coll and ngpus match and where minBytes <= size < maxBytes.",
+            f'export MSCCL_XML_FILES="{":".join(f"$_here/msccl-algorithms/{name}" for name in names)}"',
+            "export NCCL_ALGO=MSCCL,RING,TREE",
+        ]
+    else:
+        lines += [
+            "# The scheduler reads every file in MSCCL_ALGO_DIR and, per call, takes the first XML whose coll, ngpus,",
+            "# in-place kind and [minBytes, maxBytes] match (maxBytes 0 = no limit) and where count % nchunksperloop",
+            "# is 0; other calls fall back to NCCL/RCCL. Ranges below never overlap. NCCL_ALGO plays no part.",
+            'export MSCCL_ALGO_DIR="$_here/msccl-algorithms"',
+        ]
+        if runtime.name == "rccl":
+            lines += ["export RCCL_MSCCL_ENABLE=1          # default 1",
+                      "export RCCL_MSCCL_FORCE_ENABLE=1    # use MSCCL on GPUs RCCL does not enable it for"]
+        else:
+            lines += ["export NCCL_MSCCL_ENABLE=1          # default 1"]
     lines.append("unset _here")
     return "\n".join(lines) + "\n"
 

@@ -33,6 +33,7 @@ _MODULES: dict[str, tuple[tuple[str, str], ...]] = {
     "catalog": (("catalog", "Build, query and export a catalog of verified, simulated..."),),
     "regress": (("regress", "Compare synthesized algorithms with the hand-written..."),),
     "tune": (("tune", "Tune COLL on TOPO per size: every algorithm x protocol,..."),),
+    "doctor": (("doctor", "Say which file the target's runtime would load and pick,..."),),
 }
 
 

@@ -200,8 +200,10 @@ def best(topology_spec: str, collective: str, size: str, db_path: Path, dtype: s
 @click.option("-c", "--collective", "collectives", multiple=True, help="only these collectives (repeatable)")
 @click.option("-d", "--dtype", default=None, help="which simulated dtype decides (when the catalog has several)")
 @click.option("--force", is_flag=True, help="replace DIR if it exists")
+@click.option("--target", type=click.Choice(("msccl-executor", "rccl", "msccl-legacy")), default="msccl-executor",
+              show_default=True, help="the runtime that loads the export: its limits, spellings, size rule and cap")
 def export(db_path: Path, directory: Path | None, mscclpp_dir: Path | None, topologies: tuple[str, ...],
-           collectives: tuple[str, ...], dtype: str | None, force: bool) -> None:
+           collectives: tuple[str, ...], dtype: str | None, force: bool, target: str) -> None:
     """Per (topology, collective) the winning algorithm per size range, minBytes/maxBytes at the simulated
     crossovers, as an MSCCL/RCCL-loadable directory with its loader config, plus a Markdown report and
     busbw plots of which algorithm wins where."""
@@ -214,8 +216,8 @@ def export(db_path: Path, directory: Path | None, mscclpp_dir: Path | None, topo
     if directory is None:
         return
     with Catalog(db_path) as db:
-        groups = plan_export(db, topologies=topologies, collectives=collectives, dtype=dtype)
-        summary = write_export(db, groups, directory, force=force)
+        groups = plan_export(db, topologies=topologies, collectives=collectives, dtype=dtype, target=target)
+        summary = write_export(db, groups, directory, force=force, target=target)
     click.echo(str(summary))
 
 

@@ -22,7 +22,9 @@ import click
 
 from collsynth.collectives import Collective
 from collsynth.compiler import CompileError, compile_program, instance_collective
+from collsynth.compiler.split import target_violation
 from collsynth.core.errors import CollsynthError
+from collsynth.core.targets import DEFAULT_TARGET, XML_TARGETS
 from collsynth.ir import Algo
 from collsynth.language import Program
 from collsynth.language.builder import CAPTURE
@@ -89,14 +91,22 @@ def pick(captured: list[Any], path: str, name: str | None) -> Algo | Program:
 @click.option("--verify/--no-verify", default=True, show_default=True,
               help="run the compiled IR in the CPU interpreter and refuse to write it if it fails")
 @click.option("--show-ir", is_flag=True, help="print the IR in readable form instead of XML")
+@click.option("--target", type=click.Choice(XML_TARGETS), default=DEFAULT_TARGET, show_default=True,
+              help="the runtime that loads the XML: its limits (work is split to fit) and spellings")
 def compile_command(program: str, args: tuple[str, ...], output: str | None, name: str | None, verify: bool,
-                    show_ir: bool) -> None:
+                    show_ir: bool, target: str) -> None:
     """Compile a DSL program (MSCCLang-compatible) to MSCCL-IR XML."""
     if not os.path.isfile(program):
         raise CompileError(f"{program}: no such file; give the path of a DSL program (.py)")
-    chosen = pick(run_dsl_file(program, args), program, name)
+    captured = run_dsl_file(program, args)
+    chosen = pick(captured, program, name)
+    if isinstance(chosen, Algo) and target_violation(chosen, target) is not None:
+        # XML() compiled it without a target: compile the traced program again, split to fit the target
+        traced = [x for x in captured if isinstance(x, Program) and x.name == chosen.name]
+        if traced:
+            chosen = traced[-1]
     if isinstance(chosen, Program):
-        ir, coll = compile_program(chosen), instance_collective(chosen.collective, chosen.instances)
+        ir, coll = compile_program(chosen, target=target), instance_collective(chosen.collective, chosen.instances)
     else:  # an IR printed by XML(): the compiler recorded its collective
         ir = chosen
         recorded = dict(ir.meta).get("collective")
@@ -116,11 +126,11 @@ def compile_command(program: str, args: tuple[str, ...], output: str | None, nam
     elif output is None:
         from collsynth.emit.msccl_xml import ir_to_xml
 
-        click.echo(ir_to_xml(ir), nl=False)
+        click.echo(ir_to_xml(ir, target), nl=False)
     if output is not None:
         from collsynth.emit.msccl_xml import write_xml
 
-        write_xml(ir, output)
+        write_xml(ir, output, target)
         tbs = sum(len(gpu.tbs) for gpu in ir.gpus)
         click.echo(f"compiled {ir.name!r}: {ir.collective} on {ir.ngpus} gpus, {ir.nchannels} channel(s), {tbs} "
                    f"threadblocks, {ir.num_steps} steps -> {output}", err=True)

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from collsynth.core.files import write_atomic
+from collsynth.core.targets import DEFAULT_TARGET, XML_TARGETS
 from collsynth.schedule import Algorithm, verify
 
 
@@ -25,7 +26,10 @@ def checkable_size(nbytes: int, ir, itemsize: int = 4) -> int:
 @click.option("--instances", default=1, show_default=True, type=click.IntRange(1, 32))
 @click.option("--protocol", default="Simple", show_default=True, type=click.Choice(["Simple", "LL", "LL128"]))
 @click.option("--size", default="1MB", show_default=True, help="Buffer size the interpreter checks the XML with.")
-def lower(algorithm: str, output: str | None, xml_path: str | None, instances: int, protocol: str, size: str) -> None:
+@click.option("--target", type=click.Choice(XML_TARGETS), default=DEFAULT_TARGET, show_default=True,
+              help="The runtime that loads the XML: its limits (work is split to fit) and spellings.")
+def lower(algorithm: str, output: str | None, xml_path: str | None, instances: int, protocol: str, size: str,
+          target: str) -> None:
     """Lower a synthesized ALGORITHM (JSON) to a DSL program and/or compiled XML.
 
     The algorithm is verified first; the compiled IR is run through the reference interpreter before any
@@ -43,7 +47,7 @@ def lower(algorithm: str, output: str | None, xml_path: str | None, instances: i
         write_atomic(Path(output), program_to_python(program, source=Path(algorithm).name))
         click.echo(f"wrote {output} ({len(program.ops)} ops)")
     if xml_path:
-        ir = compile_program(program)
+        ir = compile_program(program, target=target)
         nbytes = checkable_size(parse_size(size), ir)
         if nbytes != parse_size(size):
             from collsynth.core.errors import CollsynthError
@@ -53,7 +57,7 @@ def lower(algorithm: str, output: str | None, xml_path: str | None, instances: i
         result = execute(ir, backend="cpu", nbytes=nbytes)
         if not result.passed:
             raise click.ClickException(f"the compiled program fails the interpreter: {result.message}")
-        write_xml(ir, xml_path)
+        write_xml(ir, xml_path, target)
         click.echo(f"wrote {xml_path} ({ir.ngpus} GPUs, {ir.num_steps} steps; interpreter: PASS on {nbytes} B)")
     if not output and not xml_path:
         click.echo(str(program))

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import fields, replace
+from functools import partial
 from typing import Any
 
 from collsynth.compiler.checks import check_ir
@@ -16,36 +17,67 @@ from collsynth.compiler.errors import CompileError
 from collsynth.compiler.lowering import insert_nops, lower_to_ir, replicate_instances, step_lines
 from collsynth.compiler.placement import assign_channels, assign_threadblocks, schedule
 from collsynth.compiler.ports import order_port_sends
+from collsynth.compiler.split import pair_threadblocks, split_to_target, spread_channels
+from collsynth.core.targets import Target
 from collsynth.ir import Algo
 from collsynth.language.program import Program, ProgramOptions
 
 _OPTION_NAMES = frozenset(f.name for f in fields(ProgramOptions))
 
+# after_each(pass_name, form): called with every intermediate form (print it, or check it), in pass order
+AfterEach = Callable[[str, Any], None]
 
-def compile_program(program: Program, **options: Any) -> Algo:
+
+def compile_program(program: Program, target: Target | str | None = None, *, after_each: AfterEach | None = None,
+                    **options: Any) -> Algo:
     """Program -> MSCCL-IR. Keyword options override the program's own: any ProgramOptions field
     (instr_fusion, threadblock_policy, interleaved_replication, aggregate, check, dependence_nop) and
     `instances` / `protocol`; and `pair_threadblocks` (default True: a plain send shares the threadblock that
     received its data or that receives from its peer; False: one threadblock per connection side, so that
     no transfer waits behind an unrelated one of another connection); and `timed_order` (default False: a
-    rank's sends through one port or link go in program order, for timed schedules; see ports.py)."""
-    pair = bool(options.pop("pair_threadblocks", True))
+    rank's sends through one port or link go in program order, for timed schedules; see ports.py).
+    With a `target` (collsynth.core.targets), the work is split to fit that runtime's limits
+    (compiler/split.py) or refused naming the limit and the runtime. `after_each(name, form)` sees every
+    intermediate form (e.g. `lambda name, form: print(name, form, sep="\n")`)."""
+    pair_sends = bool(options.pop("pair_threadblocks", True))
     timed = bool(options.pop("timed_order", False))
     program = with_options(program, **options)
+    compile_once = partial(_compile_once, pair_sends=pair_sends, timed=timed, after_each=after_each)
+    if target is None:
+        return compile_once(program, 1, False)
+    return split_to_target(program, target, compile_once)
+
+
+def _compile_once(program: Program, spread: int, pair: bool, *, pair_sends: bool = True, timed: bool = False,
+                  after_each: AfterEach | None = None) -> Algo:
+    """The passes, in order; `spread` > 1 spreads each channel's transfer chains over that many channels,
+    `pair` merges send-only and receive-only threadblocks (compiler/split.py)."""
     opts = program.options
+
+    def seen(name: str, form: Any) -> Any:
+        if after_each is not None:
+            after_each(name, form)
+        return form
+
     with _collector_paused():
-        dag = trace_to_dag(program)
+        dag = seen("trace_to_dag", trace_to_dag(program))
         if timed:
-            dag = order_port_sends(dag, program.topology)
-        dag = order_messages(dag)
+            dag = seen("order_port_sends", order_port_sends(dag, program.topology))
+        dag = seen("order_messages", order_messages(dag))
         if opts.aggregate:
-            dag = aggregate_contiguous(dag, contiguous_io=program.instances == 1 or not opts.interleaved_replication)
+            contiguous_io = program.instances == 1 or not opts.interleaved_replication
+            dag = seen("aggregate_contiguous", aggregate_contiguous(dag, contiguous_io=contiguous_io))
         if opts.instr_fusion:
-            dag = fuse_instructions(dag)
-        placed = assign_threadblocks(schedule(assign_channels(dag)), opts.threadblock_policy, pair=pair)
-        deps = prune_dependencies(insert_dependencies(placed))
-        tbprog = insert_nops(replicate_instances(deps, program))
-        return check_ir(lower_to_ir(tbprog), step_lines(tbprog), order=opts.check, source=dag.source)
+            dag = seen("fuse_instructions", fuse_instructions(dag))
+        channelled = seen("assign_channels", spread_channels(assign_channels(dag), spread))
+        scheduled = seen("schedule", schedule(channelled))
+        placed = seen("assign_threadblocks", assign_threadblocks(scheduled, opts.threadblock_policy, pair=pair_sends))
+        if pair:
+            placed = seen("pair_threadblocks", pair_threadblocks(scheduled, placed))
+        deps = seen("insert_dependencies", prune_dependencies(insert_dependencies(placed)))
+        tbprog = seen("insert_nops", insert_nops(replicate_instances(deps, program)))
+        return seen("lower_to_ir", check_ir(lower_to_ir(tbprog), step_lines(tbprog), order=opts.check,
+                                            source=dag.source))
 
 
 @contextmanager

@@ -9,39 +9,41 @@ threadblock, and a step's `(depid, deps)` adds a dependency on the last node of 
   s            COMM_SEND
   r            COMM_RECV
   rcs          COMM_RECV -> COMM_SEND
-  rrs / rrcs   COMM_RECV -> COMP (the reduction) -> COMM_SEND
-  rrc          COMM_RECV -> COMP
+  rrs / rrcs   COMM_RECV -> COMM_SEND (the reduction streams with the transfer: no cost of its own)
+  rrc          COMM_RECV
   cpy / re     COMP (a local copy / reduction)
-  nop          COMP of duration 0 (keeps the synchronisation point)
+  nop          COMP of duration 0 (keeps the synchronisation point; the model charges a nop nothing)
 
+The metadata carries the collective's `comm_size` as ASTRA-sim reads it for a collective: each rank's input in
+bytes (for an AllGather the per-rank input, 1/ngpus of the gathered output `nbytes`).
 COMM nodes carry `comm_src`, `comm_dst` (int32), `comm_size` (int64, bytes) and `comm_tag` (int32) as
 Chakra's feeder reads them, plus `is_cpu_op` = false. A message is the k-th on its connection (sender,
 receiver, channel) -- the MSCCL runtime matches sends and receives in FIFO order per connection -- and its
 tag is `k * 32 + channel` (channels < 32), the same on the send and the receive. Sizes: the per-rank
 buffer of `nbytes` is cut into `nchunksperloop` chunks of `nbytes // nchunksperloop` bytes, and a step
-moves `cnt` chunks; the MSCCL tile loop is not unrolled. COMP nodes carry `duration_micros` (an integer,
-rounded) from `alpha + MB * beta` and `tensor_size` (bytes). Nodes are numbered per rank in an order
+moves `cnt` chunks; the MSCCL tile loop is not unrolled, so a COMP node carries what the simulator charges the
+step over the whole loop (collsynth.core.costs: `ntiles * alpha + cnt * chunk MiB * beta`, the same table the
+simulator uses). Chakra's field is whole microseconds (`duration_micros`, uint64): we round UP, so no step with a
+cost becomes 0 (over-charge < 1 us per node); the exact value is also written as the attribute `duration_nanos`
+(uint64, ns, rounded to nearest). COMP nodes also carry `tensor_size` (bytes). Nodes are numbered per rank in an order
 where every dependency comes first, so the data dependencies are acyclic by construction.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from collsynth.core.costs import MIB, local_step_us, tiles
 from collsynth.core.errors import CollsynthError
 from collsynth.core.files import write_atomic
 from collsynth.emit import chakra_schema as et
 from collsynth.ir import MAX_CHANNELS, RECEIVING_TYPES, SENDING_TYPES, STEP_TYPES, Algo
 
 SCHEMA_VERSION = "0.0.4"
-MB = 1024 * 1024
-
-# COMP node durations: a standalone copy or reduction at ~500 GB/s effective HBM bandwidth.
-LOCAL_ALPHA_US = 0.1
-COPY_BETA_US_PER_MB = 2.0
-REDUCE_BETA_US_PER_MB = 3.0
+MB = MIB  # the cost model's unit (collsynth.core.costs)
 
 
 _SMALL_VARINTS = tuple(bytes((i,)) for i in range(0x80))
@@ -184,6 +186,7 @@ def _rank_trace(ir: Algo, gpu_index: int, nbytes: int, tags: dict[tuple[int, int
                               ("protocol", "string_val", ir.proto), ("ngpus", "int32_val", ir.ngpus),
                               ("rank", "int32_val", rank), ("nbytes", "int64_val", nbytes),
                               ("nchunksperloop", "int32_val", ir.nchunksperloop),
+                              ("comm_size", "int64_val", input_bytes(ir, nbytes)),
                               ("exporter", "string_val", "collsynth")):
         metadata.attr.add(name=name, **{kind: value})
     out = [_delimited(metadata.SerializeToString())]
@@ -209,14 +212,16 @@ def _rank_trace(ir: Algo, gpu_index: int, nbytes: int, tags: dict[tuple[int, int
                 comm_src=("int32_val", src), comm_dst=("int32_val", dst), comm_size=("int64_val", cnt * chunk_bytes))
         return static_comm[key]
 
+    ntiles = tiles(chunk_bytes, ir.proto)
+
     def comp_static(kind: str, cnt: int) -> bytes:
         key = (kind, cnt)
         if key not in static_comp:
             size = cnt * chunk_bytes
-            beta = COPY_BETA_US_PER_MB if kind == "cpy" else REDUCE_BETA_US_PER_MB
-            micros = 0 if kind == "nop" else round(LOCAL_ALPHA_US + size / MB * beta)
-            static_comp[key] = comp_type + not_cpu + Node(duration_micros=micros).SerializeToString() + _attr_bytes(
-                tensor_size=("uint64_val", 0 if kind == "nop" else size))
+            cost_us = 0.0 if kind == "nop" else local_step_us(kind, cnt, chunk_bytes, ntiles)
+            static_comp[key] = (comp_type + not_cpu + Node(duration_micros=math.ceil(cost_us)).SerializeToString()
+                                + _attr_bytes(tensor_size=("uint64_val", 0 if kind == "nop" else size),
+                                              duration_nanos=("uint64_val", round(cost_us * 1000))))
         return static_comp[key]
 
     last_node: list[list[int]] = [[-1] * len(tb.steps) for tb in gpu.tbs]  # last node id of each step
@@ -236,8 +241,8 @@ def _rank_trace(ir: Algo, gpu_index: int, nbytes: int, tags: dict[tuple[int, int
                                   + tag_attr(recv_tag) + comm_static(tb.recv, rank, step.cnt, 0)))
             parents = [next_id]
             next_id += 1
-        if kind in ("rrs", "rrc", "rrcs", "cpy", "re", "nop"):
-            comp_kind = "re" if kind in ("rrs", "rrc", "rrcs") else kind
+        if kind in ("cpy", "re", "nop"):
+            comp_kind = kind
             out.append(_delimited(Node(id=next_id, name=f"{label} {comp_kind}", data_deps=parents).SerializeToString()
                                   + comp_static(comp_kind, step.cnt)))
             parents = [next_id]
@@ -249,6 +254,13 @@ def _rank_trace(ir: Algo, gpu_index: int, nbytes: int, tags: dict[tuple[int, int
         last_node[i][j] = next_id - 1
         prev_in_tb[i] = next_id - 1
     return b"".join(out)
+
+
+def input_bytes(ir: Algo, nbytes: int) -> int:
+    """The collective's size as ASTRA-sim reads a collective's `comm_size`: each rank's input. `nbytes` is the
+    larger per-rank buffer (nccl-tests' size column), which for an AllGather is the gathered output, ngpus
+    times the input."""
+    return nbytes // ir.ngpus if ir.collective == "allgather" else nbytes
 
 
 def export_chakra(ir: Algo, out_dir: str | os.PathLike[str], prefix: str = "ir", nbytes: int = MB) -> list[Path]:

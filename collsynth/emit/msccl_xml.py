@@ -31,8 +31,9 @@ in microsoft/msccl, the interpreter kernels `msccl_kernel.cu` / `msccl_interpret
   number of such chunks in the input, output and scratch buffer (o_chunks may be 0 for an in-place
   algorithm that addresses only `i`). Large buffers are processed in tiles: each loop iteration moves
   one slice of every chunk and runs the whole step list on it.
-* Limits the loaders enforce: 0 <= cnt < 72 (MSCCL_MAX_COUNT); steps per threadblock below
-  MSCCL_MAX_NUM_STEPS (256 in MSCCL and RCCL, 64 in some msccl-executor builds); tb ids contiguous from 0
+* Limits the loaders enforce: 0 <= cnt < 72 (MSCCL_MAX_COUNT); step ids below MSCCL_MAX_NUM_STEPS (64 in
+  msccl-executor-nccl and RCCL, 256 in microsoft/msccl v0.7.4; per target in collsynth/core/targets.py, with
+  thread blocks per GPU, the 8-bit dependency field and each runtime's size rule); tb ids contiguous from 0
   ("thread block N is missing"); channel ids below MAXCHANNELS (32), and at most 32 threadblocks of a
   rank on one channel (MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL); send/recv peers -1 or another rank;
   a sending step needs a send peer and a receiving step a recv peer; offsets below the buffer's chunks.
@@ -60,8 +61,10 @@ from pathlib import Path
 
 from lxml import etree
 
+from collsynth.compiler.split import TargetLimitError, target_violation
 from collsynth.core.errors import CollsynthError
 from collsynth.core.files import write_atomic
+from collsynth.core.targets import Target, get_target
 from collsynth.ir import Algo, Gpu, Step, Threadblock
 from collsynth.ir.validate import IRError, validate
 
@@ -81,12 +84,22 @@ class XMLFormatError(CollsynthError):
 
 # --- writing --------------------------------------------------------------------------------------
 
-def ir_to_xml(ir: Algo) -> str:
-    """The MSCCL-IR XML text of a validated IR: no declaration, two-space indentation, fixed attribute order."""
+def ir_to_xml(ir: Algo, target: Target | str | None = None) -> str:
+    """The MSCCL-IR XML text of a validated IR: no declaration, two-space indentation, fixed attribute order.
+    With a `target` (collsynth.core.targets) the text is what that runtime loads and selects: its `coll`
+    spelling, and `maxBytes` written so that its size rule honours the IR's inclusive [min_bytes, max_bytes]
+    (open-ended ranges as it accepts them); an IR the target's loader would refuse raises TargetLimitError."""
     validate(ir)
+    coll, max_bytes = ir.collective, ir.max_bytes
+    if target is not None:
+        t = get_target(target)
+        problem = target_violation(ir, t)
+        if problem is not None:
+            raise TargetLimitError(f"cannot write {ir.name!r} for {t.name}: {problem}")
+        coll, max_bytes = t.coll(ir.collective), t.write_max_bytes(ir.max_bytes)
     algo = etree.Element("algo")
-    _set(algo, ALGO_ATTRS, (ir.name, ir.proto, ir.nchannels, ir.nchunksperloop, ir.ngpus, ir.collective,
-                            int(ir.inplace), int(not ir.inplace), ir.min_bytes, ir.max_bytes))
+    _set(algo, ALGO_ATTRS, (ir.name, ir.proto, ir.nchannels, ir.nchunksperloop, ir.ngpus, coll,
+                            int(ir.inplace), int(not ir.inplace), ir.min_bytes, max_bytes))
     for gpu in ir.gpus:
         gpu_elem = etree.SubElement(algo, "gpu")
         _set(gpu_elem, GPU_ATTRS, (gpu.id, gpu.i_chunks, gpu.o_chunks, gpu.s_chunks))
@@ -101,9 +114,10 @@ def ir_to_xml(ir: Algo) -> str:
     return etree.tostring(algo, encoding="unicode") + "\n"
 
 
-def write_xml(ir: Algo, path: str | os.PathLike[str]) -> Path:
-    """Write the IR's XML atomically (temp file in the same directory, then rename); return the path."""
-    text = ir_to_xml(ir)
+def write_xml(ir: Algo, path: str | os.PathLike[str], target: Target | str | None = None) -> Path:
+    """Write the IR's XML (for `target`, see ir_to_xml) atomically (temp file in the same directory, then rename);
+    return the path."""
+    text = ir_to_xml(ir, target)
     target = Path(path)
     directory = target.parent if str(target.parent) else Path(".")
     if not directory.is_dir():

@@ -42,8 +42,11 @@ _ALIASES = {"i": INPUT, INPUT: INPUT, "o": OUTPUT, OUTPUT: OUTPUT, "s": SCRATCH,
 
 _INPUT_ENUM, _OUTPUT_ENUM = Buffer.input, Buffer.output
 
+# What a program may name a buffer with: MSCCLang takes any hashable as a scratch buffer's name.
+BufferLike = Buffer | str | tuple[object, ...] | int
 
-def buffer_name(buffer: Buffer | str) -> str:
+
+def buffer_name(buffer: BufferLike) -> str:
     """The canonical program-level name of a buffer given as a `Buffer` or a string."""
     if buffer is _INPUT_ENUM:  # identity checks first: hashing an Enum member runs Python code
         return INPUT
@@ -52,9 +55,17 @@ def buffer_name(buffer: Buffer | str) -> str:
     known = _ALIASES.get(buffer) if isinstance(buffer, (str, Buffer)) else None
     if known is not None:
         return known
-    if not isinstance(buffer, str) or not buffer:
-        raise TypeError(f"a buffer is Buffer.input/output/scratch or a non-empty string, got {buffer!r}")
-    return _ALIASES.get(buffer, buffer)
+    if isinstance(buffer, str) and buffer:
+        return buffer
+    if isinstance(buffer, (tuple, int, frozenset)) and not isinstance(buffer, bool):
+        try:
+            hash(buffer)
+        except TypeError:
+            pass
+        else:  # MSCCLang names scratch buffers by any hashable, e.g. (n1, n2): one buffer per distinct value
+            return repr(buffer)
+    raise TypeError(f"a buffer is Buffer.input/output/scratch, a non-empty string or a hashable scratch name such "
+                    f"as a tuple, got {buffer!r}")
 
 
 def is_scratch(name: str) -> bool:

@@ -22,7 +22,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from collsynth.collectives import Collective
-from collsynth.language.buffers import Buffer, buffer_name, is_scratch, policy_name, public_buffer
+from collsynth.language.buffers import Buffer, BufferLike, buffer_name, is_scratch, policy_name, public_buffer
 from collsynth.language.program import (
     COPY,
     REDUCE,
@@ -109,7 +109,7 @@ class ProgramBuilder:
         self._alias: Callable[[Collective, int, str, int], tuple[str, int]] = alias_slot
 
     # --- references --------------------------------------------------------------------------
-    def chunk(self, rank: int, buffer: Buffer | str, index: int, size: int = 1) -> ChunkRef:
+    def chunk(self, rank: int, buffer: BufferLike, index: int, size: int = 1) -> ChunkRef:
         """A reference to `size` chunks at (rank, buffer, index); they must hold data."""
         line, file = caller_location()
         slot = self._slot(rank, buffer, index, size, line, file, creating=False)
@@ -119,8 +119,8 @@ class ProgramBuilder:
                                f"rank {rank} {slot.buffer}[{missing}], which nobody wrote; copy data there first")
         return ChunkRef(self, slot, self._versions(slot), line)
 
-    def _slot(self, rank: int, buffer: Buffer | str, index: int, size: int, line: int, file: str, *,
-              creating: bool) -> Slot:
+    def _slot(self, rank: int, buffer: BufferLike, index: int, size: int, line: int, file: str, *,
+              creating: bool, alias_rank: int | None = None) -> Slot:
         n = self.collective.num_ranks
         if type(rank) is not int:  # noqa: E721 - the fast path; numpy integers are converted
             number = _as_int(rank)
@@ -141,7 +141,9 @@ class ProgramBuilder:
         if size is None or size < 1:
             raise ProgramError(f"{where(line, file)}size {raw_size!r} must be an integer >= 1")
         if self.collective.inplace:
-            name, index = self._alias(self.collective, rank, name, index)
+            # MSCCLang resolves an in-place index with the rank that names it: a copy's destination index with
+            # the SENDING rank's offset (get_buffer_index(self.rank, ...)), which in-place programs rely on
+            name, index = self._alias(self.collective, rank if alias_rank is None else alias_rank, name, index)
         if is_scratch(name):
             have = self._scratch[rank].get(name)
             if not creating and (have is None or index + size > have):
@@ -199,7 +201,7 @@ class ProgramBuilder:
             self.state.reduce(src, dst)
         self._bump(dst, line)
 
-    def copy(self, ref: ChunkRef, dst: int, buffer: Buffer | str | None = None, index: int | None = -1,
+    def copy(self, ref: ChunkRef, dst: int, buffer: BufferLike | None = None, index: int | None = -1,
              sendtb: int | None = -1, recvtb: int | None = -1, ch: int | None = -1) -> ChunkRef:
         line, file = caller_location()
         self._check_fresh(ref, line, file)
@@ -216,7 +218,8 @@ class ProgramBuilder:
                 raise ProgramError(f"{where(line, file)}copy to rank {dst} {name}: give the index to write")
             if isinstance(dst, int) and 0 <= dst < self.collective.num_ranks:
                 index = self._scratch[dst].get(name, 0)  # MSCCLang: append to the scratch buffer
-        target = self._slot(dst, name, index, src.count, line, file, creating=True)
+        target = self._slot(dst, name, index, src.count, line, file, creating=True,
+                            alias_rank=None if buffer is None else src.rank)
         if target == src:
             return ref  # copying a chunk onto itself (common with inplace collectives) is a no-op
         if is_scratch(target.buffer):
@@ -289,7 +292,7 @@ class ChunkRef:
     def __repr__(self) -> str:
         return f"ChunkRef({self.slot})"
 
-    def copy(self, dst: int, buffer: Buffer | str | None = None, index: int | None = -1, sendtb: int | None = -1,
+    def copy(self, dst: int, buffer: BufferLike | None = None, index: int | None = -1, sendtb: int | None = -1,
              recvtb: int | None = -1, ch: int | None = -1) -> ChunkRef:
         """Copy these chunks to rank `dst` at (buffer, index); default: same buffer and index. Returns the copy."""
         return self._builder.copy(self, dst, buffer, index, sendtb, recvtb, ch)

@@ -29,7 +29,8 @@ The model (what a threadblock, a connection, a link and a switch do):
   holds one lane (the earliest free) for its duration, and runs no faster than `switch.beta_us_per_mb`.
 - Reductions fused into a receive (rrc, rrs, rrcs) and plain receives (r) cost nothing beyond the
   transfer (the reduction streams with the data). Standalone local steps cost
-  `local_alpha_us + MB * local_beta_us_per_mb` (cpy: a copy; re: a reduction); nop costs nothing.
+  `local_alpha_us + MB * beta` per tile, beta `local_beta_us_per_mb` for cpy and `reduce_beta_us_per_mb` for re
+  (collsynth.core.costs, the one table the exporters share); nop costs nothing.
 
 Everything here is size-independent planning (`plan`) plus one event loop (`run`) driven by a heap.
 """
@@ -41,7 +42,7 @@ import itertools
 from dataclasses import dataclass
 
 from collsynth.core.steps import LOCAL_TYPES
-from collsynth.ir import RECEIVING_TYPES, SENDING_TYPES, STEP_TYPES, Algo
+from collsynth.ir import RECEIVING_TYPES, REDUCE, SENDING_TYPES, STEP_TYPES, Algo
 from collsynth.sim import protocol
 from collsynth.sim.nccl import SimError
 from collsynth.topologies.model import Topology
@@ -64,6 +65,7 @@ class PlannedStep:
     alpha_us: float = 0.0  # alpha of the send's link
     beta_us_per_mb: float = 0.0  # effective beta of the send (link, or a slower switch)
     local: bool = False  # a standalone cpy / re
+    reduces: bool = False  # a standalone re (its beta is the reduction's)
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,7 @@ def plan(ir: Algo, topology: Topology) -> Plan:
                     alpha_us=alpha if sending else 0.0,
                     beta_us_per_mb=beta if sending else 0.0,
                     local=step.type in LOCAL_TYPES,
+                    reduces=step.type == REDUCE,
                 ))
             all_steps.append(tuple(planned))
             all_step_labels.append(tuple(step.s for step in tb.steps))
@@ -213,7 +216,7 @@ def plan(ir: Algo, topology: Topology) -> Plan:
 
 
 def run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, local_beta_us_per_mb: float,
-        fifo_slots: int | None = FIFO_SLOTS) -> RunResult:
+        fifo_slots: int | None = FIFO_SLOTS, reduce_beta_us_per_mb: float | None = None) -> RunResult:
     """Simulate `ntiles` tiles in which each chunk slice is `slice_mb` MB; return the makespan.
 
     `fifo_slots`: sends a connection holds before its receiver consumes them (None: unbounded)."""
@@ -223,8 +226,9 @@ def run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, loc
     total = [n * ntiles for n in nsteps]
     send_dur = [[st.alpha_us + st.cnt * slice_mb * st.beta_us_per_mb if st.send_conn >= 0 else 0.0 for st in tb]
                 for tb in steps]
-    local_dur = [[local_alpha_us + st.cnt * slice_mb * local_beta_us_per_mb if st.local else 0.0 for st in tb]
-                 for tb in steps]
+    reduce_beta = local_beta_us_per_mb if reduce_beta_us_per_mb is None else reduce_beta_us_per_mb
+    local_dur = [[local_alpha_us + st.cnt * slice_mb * (reduce_beta if st.reduces else local_beta_us_per_mb)
+                  if st.local else 0.0 for st in tb] for tb in steps]
     done = [[-1.0] * t for t in total]  # finish time of each (tile, step); -1 while unknown
     pc = [0] * ntbs  # next (tile * nsteps + step) to run
     free = [0.0] * ntbs  # when the threadblock's previous step finished

@@ -19,20 +19,25 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 from collsynth.collectives.spec import canonical_name, display_name
+from collsynth.core.costs import (  # noqa: F401  (TILE_BYTES_BY_PROTOCOL, LOCAL_ALPHA_US re-exported)
+    COPY_BETA_US_PER_MIB,
+    LOCAL_ALPHA_US,
+    MIB,
+    REDUCE_BETA_US_PER_MIB,
+    TILE_BYTES_BY_PROTOCOL,
+    local_step_us,
+)
 from collsynth.ir import Algo
 from collsynth.sim import engine
 from collsynth.sim.nccl import SimError, busbw_factor, dtype_info, nccl_size
 from collsynth.topologies.model import Topology
 
-MB = 1024 * 1024  # the alpha-beta model's megabyte (beta_us_per_mb is per MiB of payload)
-
-# MSCCL's data per loop iteration with NCCL's default buffers: Simple 4 MiB / 8 steps * 4 chunk steps;
-# LL 512 KiB of 16-byte lines / 8 steps, half of each line data; LL128 4.69 MiB / 8 steps, 120/128 data.
-TILE_BYTES_BY_PROTOCOL = {"Simple": 2 * MB, "LL": 32 * 1024, "LL128": 576000}
-
-# Standalone local steps (cpy, re): a short launch-free GPU op at ~500 GB/s of effective HBM bandwidth.
-LOCAL_ALPHA_US = 0.1
-LOCAL_BETA_US_PER_MB = 2.0
+# The one cost table (collsynth.core.costs, documented in docs/formats.md "One cost model"): MB is a MiB, the
+# unit of beta_us_per_mb everywhere; tiles per protocol; standalone cpy at LOCAL_BETA_US_PER_MB, re at
+# REDUCE_BETA_US_PER_MB (3/2 of a copy: three bytes of memory traffic per payload byte instead of two).
+MB = MIB
+LOCAL_BETA_US_PER_MB = COPY_BETA_US_PER_MIB
+REDUCE_BETA_US_PER_MB = REDUCE_BETA_US_PER_MIB
 
 
 @dataclass(frozen=True)
@@ -40,7 +45,8 @@ class SimModel:
     """Knobs of the timing model; the defaults are documented in this module and in `engine`."""
 
     local_alpha_us: float = LOCAL_ALPHA_US
-    local_beta_us_per_mb: float = LOCAL_BETA_US_PER_MB
+    local_beta_us_per_mb: float = LOCAL_BETA_US_PER_MB  # cpy
+    reduce_beta_us_per_mb: float = REDUCE_BETA_US_PER_MB  # re
     tile_bytes: int | None = None  # None: by the IR's protocol (TILE_BYTES_BY_PROTOCOL)
     max_exact_tiles: int = 16  # simulate up to this many tiles exactly, then extrapolate
     fifo_slots: int | None = engine.FIFO_SLOTS  # per-connection sends in flight; None: unbounded (eager)
@@ -52,8 +58,14 @@ class SimModel:
             raise SimError(f"max_exact_tiles must be >= 2, got {self.max_exact_tiles}")
         if self.fifo_slots is not None and self.fifo_slots < 1:
             raise SimError(f"fifo_slots must be >= 1 (or None for unbounded), got {self.fifo_slots}")
-        if self.local_alpha_us < 0 or self.local_beta_us_per_mb < 0:
+        if self.local_alpha_us < 0 or self.local_beta_us_per_mb < 0 or self.reduce_beta_us_per_mb < 0:
             raise SimError("local step costs must be >= 0")
+
+    def local_step_us(self, step_type: str, cnt: int, chunk_bytes: float, ntiles: int) -> float:
+        """What this model charges a standalone local step (cpy, re) over the whole tile loop; 0 otherwise (the
+        engine charges `local_alpha_us + cnt * slice MiB * beta` per tile: the same sum)."""
+        return local_step_us(step_type, cnt, chunk_bytes, ntiles, alpha_us=self.local_alpha_us,
+                             copy_beta=self.local_beta_us_per_mb, reduce_beta=self.reduce_beta_us_per_mb)
 
     def tile_for(self, proto: str) -> int:
         if self.tile_bytes is not None:
@@ -151,7 +163,8 @@ def time_tiles(planned: engine.Plan, slice_mb: float, ntiles: int, model: SimMod
     """Makespan of `ntiles` tiles of `slice_mb` MB chunk slices; True when extrapolated."""
     exact = min(ntiles, model.max_exact_tiles)
     result = engine.run(planned, slice_mb, exact, local_alpha_us=model.local_alpha_us,
-                        local_beta_us_per_mb=model.local_beta_us_per_mb, fifo_slots=model.fifo_slots)
+                        local_beta_us_per_mb=model.local_beta_us_per_mb,
+                        reduce_beta_us_per_mb=model.reduce_beta_us_per_mb, fifo_slots=model.fifo_slots)
     if exact == ntiles:
         return result.time_us, False
     ends = result.tile_end_us

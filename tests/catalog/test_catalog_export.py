@@ -112,13 +112,14 @@ def test_export_directory(export_db: Path, tmp_path: Path) -> None:
         assert files and all(f.suffix == ".xml" for f in files)  # the loaders parse every file there
         manifest = json.loads((target / topo_dir / "manifest.json").read_text())
         env = (target / topo_dir / "msccl.env").read_text()
-        assert 'MSCCL_ALGO_DIR="$_here/msccl-algorithms"' in env and "MSCCL_XML_FILES=" in env
+        # msccl-executor reads the directory; it ignores NCCL_ALGO and MSCCL_XML_FILES
+        assert 'MSCCL_ALGO_DIR="$_here/msccl-algorithms"' in env and "MSCCL_XML_FILES=" not in env
+        assert "NCCL_ALGO" not in env.replace("NCCL_ALGO plays no part", "")
         by_coll: dict[str, list[tuple[int, int]]] = {}
         for algo in manifest["algorithms"]:
             ir = read_xml(target / topo_dir / algo["file"])
             assert (ir.min_bytes, ir.max_bytes) == (algo["minBytes"], algo["maxBytes"])
             assert ir.collective == algo["coll"] and not ir.inplace
-            assert algo["file"].rsplit("/", 1)[1] in env
             by_coll.setdefault(algo["collective"], []).append((algo["minBytes"], algo["maxBytes"]))
         for ranges in by_coll.values():
             ranges.sort()
@@ -182,3 +183,45 @@ def test_export_filters_force_and_errors(export_db: Path, tmp_path: Path) -> Non
             plan_export(catalog, dtype="half")
     assert sorted(p.name for p in target.iterdir()) == ["fully_connected_4", "plots", "report.md"]
     assert not list(tmp_path.glob(".out.*"))  # no staging directory left behind
+
+
+def test_legacy_export_caps_algorithms_and_writes_its_size_rule(export_db: Path, tmp_path: Path) -> None:
+    from collsynth.core.targets import INT64_MAX, MSCCL_LEGACY
+
+    target = tmp_path / "legacy"
+    with Catalog(export_db) as catalog:
+        groups = plan_export(catalog, target="msccl-legacy")
+        summary = write_export(catalog, groups, target, target="msccl-legacy")
+    ranges = sum(len(g.ranges) for g in groups)
+    written = sorted(target.glob("*/msccl-algorithms/*.xml"))
+    assert len(written) + len(summary.left_out) == ranges
+    for topo_dir in target.iterdir():
+        if not (topo_dir / "manifest.json").is_file():
+            continue
+        files = sorted((topo_dir / "msccl-algorithms").iterdir())
+        assert len(files) <= MSCCL_LEGACY.max_algorithms
+        env = (topo_dir / "msccl.env").read_text()
+        assert "MSCCL_XML_FILES=" in env and "NCCL_ALGO=MSCCL" in env and "MSCCL_ALGO_DIR" not in env
+        manifest = json.loads((topo_dir / "manifest.json").read_text())
+        for algo in manifest["algorithms"]:
+            assert Path(algo["file"]).name in env
+            ir = read_xml(topo_dir / algo["file"])
+            assert ir.min_bytes == algo["minBytes"]
+            # legacy selects minBytes <= size < maxBytes: our inclusive upper end + 1, open ends as INT64_MAX
+            assert ir.max_bytes == (INT64_MAX if algo["maxBytes"] == 0 else algo["maxBytes"] + 1)
+    if summary.left_out:
+        assert "left out" in str(summary)
+
+
+@pytest.mark.parametrize("runtime", ["msccl-executor", "rccl", "msccl-legacy"])
+def test_every_exported_xml_passes_doctor(export_db: Path, tmp_path: Path, cli_runner, runtime: str) -> None:
+    from collsynth.cli import main
+
+    target = tmp_path / runtime
+    with Catalog(export_db) as catalog:
+        write_export(catalog, plan_export(catalog, target=runtime), target, target=runtime)
+    topo_dirs = [d for d in target.iterdir() if (d / "msccl-algorithms").is_dir()]
+    assert topo_dirs
+    for topo_dir in topo_dirs:
+        result = cli_runner.invoke(main, ["doctor", str(topo_dir), "--target", runtime])
+        assert result.exit_code == 0, result.output

@@ -141,7 +141,11 @@ def test_custom_collective_from_xml_is_verified_with_its_recorded_collective(cli
                 chunk(r, Buffer.input, 0).copy(r + 1, Buffer.output, 0)
             XML()
         """)
-    result = cli_runner.invoke(main, ["compile", str(path), "-o", str(tmp_path / "a2n.xml")])
+    refused = cli_runner.invoke(main, ["compile", str(path), "-o", str(tmp_path / "a2n.xml")])
+    assert refused.exit_code == 2 and "cannot load a user-defined collective" in refused.output
+    assert not (tmp_path / "a2n.xml").exists()
+    result = cli_runner.invoke(main, ["compile", str(path), "-o", str(tmp_path / "a2n.xml"), "--target",
+                                      "msccl-legacy"])
     assert result.exit_code == 0, result.output
     ir = read_xml(tmp_path / "a2n.xml")
     assert (ir.collective, ir.nchannels, ir.nchunksperloop) == ("custom", 2, 2)

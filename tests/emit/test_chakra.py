@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 from collections import Counter
 from pathlib import Path
@@ -60,22 +61,21 @@ def test_every_step_type_converts(tmp_path) -> None:
     # rank 1 holds rcs, rrs, rrcs, rrc, nop, cpy, re
     assert kinds[1] == [
         ("rcs", et.COMM_RECV_NODE), ("rcs", et.COMM_SEND_NODE),
-        ("rrs", et.COMM_RECV_NODE), ("rrs", et.COMP_NODE), ("rrs", et.COMM_SEND_NODE),
-        ("rrcs", et.COMM_RECV_NODE), ("rrcs", et.COMP_NODE), ("rrcs", et.COMM_SEND_NODE),
-        ("rrc", et.COMM_RECV_NODE), ("rrc", et.COMP_NODE),
+        ("rrs", et.COMM_RECV_NODE), ("rrs", et.COMM_SEND_NODE),  # fused reductions stream with the data
+        ("rrcs", et.COMM_RECV_NODE), ("rrcs", et.COMM_SEND_NODE),
+        ("rrc", et.COMM_RECV_NODE),
         ("nop", et.COMP_NODE), ("cpy", et.COMP_NODE), ("re", et.COMP_NODE),
     ]
     assert [kind for kind, _ in kinds[0]] == ["s"] * 4
-    assert kinds[2] == [("r", et.COMM_RECV_NODE), ("rrc", et.COMM_RECV_NODE), ("rrc", et.COMP_NODE),
-                        ("r", et.COMM_RECV_NODE)]
+    assert kinds[2] == [("r", et.COMM_RECV_NODE), ("rrc", et.COMM_RECV_NODE), ("r", et.COMM_RECV_NODE)]
     # sizes: a chunk is 4 MiB / nchunksperloop(4) = 1 MiB, a step moves cnt chunks
     sizes = [node_attrs(n)["comm_size"] for n in traces[0][1]]
     assert sizes == [MiB, MiB, 2 * MiB, MiB]
-    # COMP durations: alpha + MB * beta, rounded; nop is free
-    comp = {n.name: n.duration_micros for n in traces[1][1] if n.type == et.COMP_NODE}
-    assert comp["nop tb1 s0 nop"] == 0
-    assert comp["cpy tb1 s1 cpy"] == round(0.1 + 2.0 * 1)
-    assert comp["rrcs tb0 s2 re"] == round(0.1 + 3.0 * 2)
+    # COMP durations (collsynth.core.costs): alpha + MiB * beta per tile, rounded up; nop is free
+    comp = {n.name: n for n in traces[1][1] if n.type == et.COMP_NODE}
+    assert comp["nop tb1 s0 nop"].duration_micros == 0
+    assert comp["cpy tb1 s1 cpy"].duration_micros == math.ceil(0.1 + 2.0 * 1)  # one 1 MiB chunk, one tile
+    assert node_attrs(comp["cpy tb1 s1 cpy"])["duration_nanos"] == 2100
 
 
 @pytest.mark.parametrize("make", [lambda: IRS.ring_allreduce_ir(8), IRS.every_step_type_ir,
@@ -105,9 +105,9 @@ def test_dependencies_follow_threadblock_order_and_depid(tmp_path) -> None:
     by_id = {n.id: n.name for n in traces[1][1]}
     # the nop waits on tb0 step 2 (rrcs): its last node, the send
     assert [by_id[d] for d in nodes["nop tb1 s0 nop"].data_deps] == ["rrcs tb0 s2 send"]
-    # cpy follows the nop in its threadblock and waits on tb0 step 3 (rrc): its reduction
-    assert [by_id[d] for d in nodes["cpy tb1 s1 cpy"].data_deps] == ["nop tb1 s0 nop", "rrc tb0 s3 re"]
-    assert [by_id[d] for d in nodes["rrs tb0 s1 send"].data_deps] == ["rrs tb0 s1 re"]
+    # cpy follows the nop in its threadblock and waits on tb0 step 3 (rrc): its receive
+    assert [by_id[d] for d in nodes["cpy tb1 s1 cpy"].data_deps] == ["nop tb1 s0 nop", "rrc tb0 s3 recv"]
+    assert [by_id[d] for d in nodes["rrs tb0 s1 send"].data_deps] == ["rrs tb0 s1 recv"]
     # a dependency on a threadblock listed later is still placed first
     later = Algo("later", "custom", "Simple", 1, 1, 1, False, (Gpu(0, 1, 1, 0, (
         Threadblock(0, -1, -1, 0, (Step(0, "re", "i", 0, "o", 0, 1, depid=1, deps=0),)),
@@ -125,8 +125,8 @@ def test_round_trip(tmp_path) -> None:
     meta = node_attrs(metadata)
     assert metadata.version == "0.0.4"
     assert meta == {"algorithm": ir.name, "collective": "allreduce", "protocol": "Simple", "ngpus": 4, "rank": 2,
-                    "nbytes": 4 * MiB, "nchunksperloop": 4, "exporter": "collsynth"}
-    assert len(nodes) == 1 + 2 * 3 + 3 + 2 * 2 + 1  # s, 2 x rrs, rrcs, 2 x rcs, r
+                    "nbytes": 4 * MiB, "nchunksperloop": 4, "comm_size": 4 * MiB, "exporter": "collsynth"}
+    assert len(nodes) == 1 + 2 * 2 + 2 + 2 * 2 + 1  # s, 2 x rrs, rrcs, 2 x rcs, r (fused: no COMP node)
     copy = write_trace(tmp_path / "copy.et", metadata, nodes)
     metadata2, nodes2 = read_chakra(copy)
     assert metadata2 == metadata and nodes2 == nodes
@@ -201,3 +201,69 @@ def test_cli_export_chakra(cli_runner, tmp_path) -> None:
     assert node_attrs(nodes[0])["comm_size"] == MiB
     bad = cli_runner.invoke(main, ["export", "chakra", str(tmp_path / "nope.xml"), "-o", str(out)])
     assert bad.exit_code == 2 and "Traceback" not in bad.output
+
+
+def _library_irs():
+    from collsynth.algorithms import LIBRARY
+    from collsynth.compiler import compile_program
+    from collsynth.topologies.library import fully_connected
+
+    for name, entry in LIBRARY.items():
+        topo = fully_connected(8)
+        if entry.multi_node or name == "alltonext":
+            from dataclasses import replace
+
+            topo = replace(topo, nodes=tuple(r // 4 for r in range(8)))
+        params = {"channels": 2} if "channels" in entry.parameters else {}
+        for proto in ("Simple", "LL"):
+            yield name, compile_program(entry.builder(topo, protocol=proto, **params))
+
+
+def test_comp_durations_are_what_the_simulator_charges(tmp_path) -> None:
+    """Every COMP node of every library program carries the simulator's charge for that step over the whole tile
+    loop, in whole microseconds rounded up (never 0 for a step with a cost), and exactly in ns."""
+    from collsynth.core.costs import tiles
+    from collsynth.sim import SimModel
+
+    model = SimModel()
+    checked = 0
+    for name, ir in _library_irs():
+        for nbytes in (64 * 1024, 64 * MiB):
+            chunk_bytes = nbytes // ir.nchunksperloop
+            ntiles = tiles(chunk_bytes, ir.proto)
+            for path in export_chakra(ir, tmp_path / name, ir.name, nbytes=nbytes):
+                _, nodes = read_chakra(path)
+                for node in nodes:
+                    if node.type != et.COMP_NODE:
+                        continue
+                    kind = node.name.split()[-1]
+                    cnt = node_attrs(node)["tensor_size"] // chunk_bytes if kind != "nop" else 0
+                    charged = 0.0 if kind == "nop" else model.local_step_us(kind, cnt, chunk_bytes, ntiles)
+                    assert node.duration_micros == math.ceil(charged), (name, node.name)
+                    assert node_attrs(node)["duration_nanos"] == round(charged * 1000)
+                    assert kind == "nop" or node.duration_micros >= 1
+                    checked += 1
+    assert checked > 100
+
+
+def test_simulator_charges_the_cost_table_over_the_tile_loop() -> None:
+    from collsynth.sim import SimModel, simulate
+    from collsynth.topologies.model import Topology
+
+    size = 2 * MiB  # one Simple tile: the re (waiting on the cpy) runs after it
+    model = SimModel()
+    expected = sum(model.local_step_us(kind, 1, size, 1) for kind in ("cpy", "re"))
+    time = simulate(IRS.local_ops_ir(), Topology("one", 1, ()), [size], model=model).rows[0].time_us
+    assert time == pytest.approx(expected)
+    assert model.local_step_us("re", 1, MiB, 1) - model.local_alpha_us == pytest.approx(
+        1.5 * (model.local_step_us("cpy", 1, MiB, 1) - model.local_alpha_us))
+
+
+def test_allgather_comm_size_is_the_per_rank_input(tmp_path) -> None:
+    from collsynth.algorithms import LIBRARY
+    from collsynth.compiler import compile_program
+    from collsynth.topologies.library import fully_connected
+
+    ir = compile_program(LIBRARY["ring_allgather"].builder(fully_connected(4)))
+    metadata, _ = read_chakra(export_chakra(ir, tmp_path, "ag", nbytes=8 * MiB)[0])
+    assert node_attrs(metadata)["comm_size"] == 2 * MiB  # ASTRA-sim: each rank's input, not the gathered 8 MiB

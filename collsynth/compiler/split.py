@@ -1,0 +1,249 @@
+"""split_to_target: fit a compiled program into a runtime target's limits (collsynth.core.targets).
+
+Two ways to make a program fit, both keep every connection's message order intact:
+- `spread_channels(cdag, k)`: every chain of transfers (a send, the fused steps it flows through, the final
+  receive) of channel c moves, round robin over the chains of c, to channel c + C*g (g in 0..k-1, C the channels
+  in use). A threadblock's steps are split over k threadblocks; chains move whole, so on every new channel each
+  rank still pairs a receive peer with one send peer (the chains of channel c + C*g all came from channel c).
+- otherwise nothing: a program that still breaks a limit with the most channels the target allows is refused with
+  one line naming the limit and the runtime.
+
+`target_violation(ir, target)` is the one check of an IR against a target's loader limits (the compiler, the
+XML writers and `collsynth doctor` use it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from collsynth.compiler.dag import FUSED_TYPES
+from collsynth.compiler.errors import CompileError
+from collsynth.compiler.placement import ChannelledDAG, Placement, Schedule, TbPlan
+from collsynth.core.limits import MAX_CHANNELS
+from collsynth.core.steps import RECEIVING_TYPES, SENDING_TYPES
+from collsynth.core.targets import Target, get_target
+from collsynth.ir import SEND, Algo, coll_spelling
+from collsynth.language.program import Program, Slot
+
+
+class TargetLimitError(CompileError):
+    """A program the target's runtime cannot hold even after splitting."""
+
+
+def target_violation(ir: Algo, target: Target | str) -> str | None:
+    """The first limit of the target's loader the IR breaks, as one line naming the limit and the runtime;
+    None when the runtime loads it."""
+    t = get_target(target)
+    if not t.runtime_limits:
+        return None
+    if coll_spelling(ir.collective) == "custom" and not t.accepts_custom:
+        return (f"{t.runtime} cannot load a user-defined collective (coll=\"custom\"): it refuses any coll outside "
+                "its built-in collectives; use --target msccl-legacy or --target none")
+    if ir.nchannels > t.max_channels:
+        return f"{t.runtime} runs at most {t.max_channels} channels; the algorithm needs {ir.nchannels}"
+    for gpu in ir.gpus:
+        if len(gpu.tbs) > t.max_tbs_per_gpu:
+            return (f"{t.runtime} runs at most {t.max_tbs_per_gpu} thread blocks per GPU (too many thread blocks are "
+                    f"requested); rank {gpu.id} needs {len(gpu.tbs)}")
+        for tb in gpu.tbs:
+            if len(tb.steps) > t.max_steps_per_tb:
+                return (f"{t.runtime} runs at most {t.max_steps_per_tb} steps per thread block (too many steps are "
+                        f"requested); rank {gpu.id} thread block {tb.id} needs {len(tb.steps)}")
+            for step in tb.steps:
+                if step.depid > t.max_depid:
+                    return (f"{t.runtime} stores a dependency's thread block id in 8 bits (at most {t.max_depid}); "
+                            f"rank {gpu.id} thread block {tb.id} step {step.s} depends on thread block {step.depid}")
+                if step.cnt > t.max_count:
+                    return (f"{t.runtime} moves at most {t.max_count} chunks per step; rank {gpu.id} thread block "
+                            f"{tb.id} step {step.s} moves {step.cnt}")
+    return None
+
+
+def chains(cdag: ChannelledDAG) -> list[list[int]]:
+    """Every chain of transfers: a send, the fused steps its chunk flows through, the final receive."""
+    instrs, send_to = cdag.dag.instrs, cdag.dag.send_to
+    out = []
+    for head, ins in enumerate(instrs):
+        if ins.kind != SEND:
+            continue
+        chain = [head]
+        j = send_to[head]
+        while instrs[j].kind in FUSED_TYPES:
+            chain.append(j)
+            j = send_to[j]
+        chain.append(j)
+        out.append(chain)
+    return out
+
+
+def spread_channels(cdag: ChannelledDAG, k: int) -> ChannelledDAG:
+    """Move the chains of each channel c round robin over channels c, c+C, ..., c+(k-1)C (C channels in use)."""
+    if k <= 1:
+        return cdag
+    used = max((c for c in cdag.channels if c >= 0), default=0) + 1
+    channel = list(cdag.channels)
+    turn: dict[int, int] = {}
+    for chain in chains(cdag):
+        c = cdag.channels[chain[0]]
+        g = turn.get(c, 0)
+        turn[c] = g + 1
+        for m in chain:
+            channel[m] = c + used * (g % k)
+    # a local copy/reduce pinned to a channel stays where it was; unpinned ones (-1) go anywhere
+    return replace(cdag, channels=tuple(channel))
+
+
+def channels_in_use(cdag: ChannelledDAG) -> int:
+    return max((c for c in cdag.channels if c >= 0), default=0) + 1
+
+
+CompileOnce = Callable[[Program, int, bool], Algo]
+
+
+def split_to_target(program: Program, target: Target | str, compile_once: CompileOnce) -> Algo:
+    """Compile with 1, 2, 3, ... way channel spreading until the target's runtime loads the IR; refuse (one
+    line naming the limit and the runtime) when even the most channels the runtime allows do not fit."""
+    t = get_target(target)
+    ir = _fit_ids(compile_once(program, 1, False), t)
+    problem = target_violation(ir, t)
+    if problem is None:
+        return ir
+    if "thread blocks per GPU" in problem or "8 bits" in problem:
+        try:
+            ir = _fit_ids(compile_once(program, 1, True), t)
+        except CompileError:
+            pass
+        else:
+            paired = target_violation(ir, t)
+            if paired is None:
+                return ir
+        if program.instances > 1 and program.options.interleaved_replication:
+            try:
+                folded = _fit_ids(compile_once(fold_instances(program), 1, True), t)
+            except CompileError:
+                pass
+            else:
+                if target_violation(folded, t) is None:
+                    return folded
+    if program.options.threadblock_policy == "manual":
+        raise TargetLimitError(f"program {program.name!r}: {problem}; its threadblocks are placed by hand "
+                               "(threadblock_policy manual), so the compiler does not split them: move ops to more "
+                               "threadblocks or channels")
+    first = problem
+    limit = min(t.max_channels, MAX_CHANNELS)
+    base, k = ir.nchannels, 2
+    while _splits_steps(problem) and base * k <= limit:
+        try:
+            candidate = _fit_ids(compile_once(program, k, False), t)
+        except CompileError:
+            break
+        problem = target_violation(candidate, t)
+        if problem is None:
+            return candidate
+        k += 1
+    raise TargetLimitError(f"program {program.name!r} does not fit {t.name}: {first}, and no split over at most "
+                           f"{limit} channels fits either ({problem})")
+
+
+def _splits_steps(problem: str) -> bool:
+    """Spreading channels shortens threadblocks; it cannot reduce the number of thread blocks or custom colls."""
+    return "steps per thread block" in problem
+
+
+def steps_per_connection(ir: Algo) -> int:
+    """The most send or receive steps one threadblock runs (what spreading divides)."""
+    return max((sum(1 for s in tb.steps if s.type in SENDING_TYPES or s.type in RECEIVING_TYPES)
+                for _, tb in ir.threadblocks()), default=0)
+
+
+def _fit_ids(ir: Algo, target: Target) -> Algo:
+    """Renumber threadblocks when a dependency names one beyond the target's 8-bit field."""
+    worst = max((s.depid for _, tb in ir.threadblocks() for s in tb.steps), default=-1)
+    return waited_first(ir) if worst > target.max_depid else ir
+
+
+def waited_first(ir: Algo) -> Algo:
+    """The same IR with each GPU's threadblocks renumbered so that those another step waits on come first
+    (lowest ids), in their old order; the others follow in their old order. Dependencies are renamed."""
+    gpus = []
+    for gpu in ir.gpus:
+        waited = {s.depid for tb in gpu.tbs for s in tb.steps if s.depid >= 0}
+        order = [tb.id for tb in gpu.tbs if tb.id in waited] + [tb.id for tb in gpu.tbs if tb.id not in waited]
+        new_id = {old: new for new, old in enumerate(order)}
+        tbs = tuple(replace(gpu.tbs[old], id=new_id[old], steps=tuple(
+            replace(s, depid=new_id[s.depid]) if s.depid >= 0 else s for s in gpu.tbs[old].steps)) for old in order)
+        gpus.append(replace(gpu, tbs=tbs))
+    return replace(ir, gpus=tuple(gpus))
+
+
+def pair_threadblocks(sched: Schedule, placed: Placement) -> Placement:
+    """Fewer threadblocks: on each rank and channel, a send-only threadblock and a receive-only one become one
+    threadblock (send p, recv q), and each local copy/reduce joins the shortest threadblock of its rank.
+    Each merged threadblock runs its instrs in the global schedule order (a topological order every
+    threadblock already follows), so merging adds no wait that the schedule does not already respect."""
+    position = [0] * len(sched.order)
+    for k, i in enumerate(sched.order):
+        position[i] = k
+    tbs: list[tuple[TbPlan, ...]] = []
+    for rank_tbs in placed.tbs:
+        senders = [tb for tb in rank_tbs if tb.send >= 0 and tb.recv < 0]
+        receivers = [tb for tb in rank_tbs if tb.recv >= 0 and tb.send < 0]
+        merged: list[TbPlan] = [tb for tb in rank_tbs if tb.send >= 0 and tb.recv >= 0]
+        by_chan: dict[int, list[TbPlan]] = {}
+        for tb in receivers:
+            by_chan.setdefault(tb.chan, []).append(tb)
+        for tb in senders:
+            waiting = by_chan.get(tb.chan)
+            if waiting:
+                other = waiting.pop(0)
+                merged.append(TbPlan(tb.send, other.recv, tb.chan,
+                                     tuple(sorted(tb.instrs + other.instrs, key=position.__getitem__))))
+            else:
+                merged.append(tb)
+        merged += [tb for chan in sorted(by_chan) for tb in by_chan[chan]]
+        local = sorted((i for tb in rank_tbs if tb.send < 0 and tb.recv < 0 for i in tb.instrs),
+                       key=position.__getitem__)
+        if local and not merged:
+            merged = [tb for tb in rank_tbs if tb.send < 0 and tb.recv < 0]
+        elif local:
+            # each local copy/reduce joins the shortest threadblock of its rank
+            hosts = [list(tb.instrs) for tb in merged]
+            for i in local:
+                min(hosts, key=len).append(i)
+            merged = [replace(tb, instrs=tuple(sorted(h, key=position.__getitem__))) for tb, h in zip(merged, hosts,
+                                                                                                  strict=True)]
+        tbs.append(tuple(merged))
+    tb_of = list(placed.tb_of)
+    step_of = list(placed.step_of)
+    for rank_tbs in tbs:
+        for t, tb in enumerate(rank_tbs):
+            for s, i in enumerate(tb.instrs):
+                tb_of[i], step_of[i] = t, s
+    return replace(placed, tbs=tuple(tbs), tb_of=tuple(tb_of), step_of=tuple(step_of))
+
+
+def fold_instances(program: Program) -> Program:
+    """The program's `instances` copies as one instance on the same channels: every chunk split into
+    `instances` parts laid out as replication lays them out (part k of index j at j * instances + k), every op
+    repeated per part. The copies then share threadblocks instead of each taking its own."""
+    k = program.instances
+    if k == 1:
+        return program
+    if not program.options.interleaved_replication:
+        raise TargetLimitError(f"program {program.name!r}: folding instances needs the interleaved chunk layout "
+                               "(interleaved_replication=True)")
+    from collsynth.compiler.lowering import instance_collective
+
+    ops = []
+    for op in program.ops:
+        for part in range(k):
+            for m in range(op.src.count):
+                ops.append(replace(op, src=_part(op.src, m, part, k), dst=_part(op.dst, m, part, k)))
+    buffers = tuple(tuple((name, size * k) for name, size in named) for named in program.buffers)
+    return replace(program, collective=instance_collective(program.collective, k), instances=1,
+                   buffers=buffers, ops=tuple(ops))
+
+
+def _part(slot: Slot, m: int, part: int, k: int) -> Slot:
+    return Slot(slot.rank, slot.buffer, (slot.index + m) * k + part, 1)

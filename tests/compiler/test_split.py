@@ -1,0 +1,166 @@
+"""compile_program(target=...): the library fits each runtime's loader limits (threadblocks split over channels,
+send-only and receive-only threadblocks paired, instances folded), every split IR still passes the reference
+interpreter, and what cannot fit is refused with one line naming the limit and the runtime."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from collsynth.algorithms import LIBRARY
+from collsynth.compiler import compile_program, instance_collective
+from collsynth.compiler.split import TargetLimitError, fold_instances, target_violation, waited_first
+from collsynth.core.targets import TARGETS, TargetError, get_target
+from collsynth.runtime import execute
+from collsynth.topologies.library import fully_connected
+
+NODES = {8: 2, 16: 2, 64: 8}
+
+
+def topology(name: str, n: int, nodes: int | None = None):
+    topo = fully_connected(n)
+    if nodes is None and LIBRARY[name].multi_node:
+        nodes = NODES[n]
+    if nodes is not None:
+        topo = replace(topo, name=f"{topo.name}/{nodes}nodes", nodes=tuple(r // (n // nodes) for r in range(n)))
+    return topo
+
+
+def build(name: str, n: int, instances: int = 1, nodes: int | None = None, **extra):
+    params = {"channels": 2} if "channels" in LIBRARY[name].parameters else {}
+    return LIBRARY[name].builder(topology(name, n, nodes), instances=instances, **params, **extra)
+
+
+def passes(ir, program) -> bool:
+    coll = instance_collective(program.collective, program.instances)
+    return execute(ir, backend="cpu", nbytes=coll.input_chunks * 2 * 4, collective=coll).passed
+
+
+# Programs that break a runtime limit without splitting (64 ranks): each is split to fit and still correct.
+NEEDS_SPLIT = [("ring_allgather", 1), ("ring_reducescatter", 2), ("ring_allreduce", 1),
+               ("allpairs_allreduce_two_phase", 1), ("allpairs_alltoall", 2)]
+
+
+@pytest.mark.parametrize("target", ["msccl-executor", "rccl"])
+@pytest.mark.parametrize(("name", "instances"), NEEDS_SPLIT)
+def test_split_fits_and_runs(target: str, name: str, instances: int) -> None:
+    program = build(name, 64, instances)
+    ir = compile_program(program, target=target)
+    assert target_violation(ir, target) is None
+    assert passes(ir, program)
+
+
+def test_unsplit_ring_breaks_the_64_step_limit() -> None:
+    ir = compile_program(build("ring_allreduce", 64))
+    assert "at most 64 steps per thread block" in target_violation(ir, "msccl-executor")
+    assert target_violation(ir, "msccl-legacy") is None  # 256 steps there
+
+
+def test_unpaired_allpairs_breaks_rccl_threadblock_limit() -> None:
+    ir = compile_program(build("allpairs_alltoall", 64))
+    assert "at most 64 thread blocks per GPU" in target_violation(ir, "rccl")
+
+
+def test_custom_collective_refused_by_executor_and_rccl() -> None:
+    program = build("alltonext", 8)
+    for target in ("msccl-executor", "rccl"):
+        with pytest.raises(TargetLimitError, match=r"cannot load a user-defined collective \(coll=\"custom\"\)"):
+            compile_program(program, target=target)
+    assert compile_program(program, target="msccl-legacy").collective == "custom"
+
+
+def test_unknown_target_refused() -> None:
+    with pytest.raises(TargetError, match="unknown target 'nccl'; use one of msccl-executor, rccl"):
+        get_target("nccl")
+    assert set(TARGETS) == {"msccl-executor", "rccl", "msccl-legacy", "none"}
+
+
+def test_fold_instances_keeps_the_layout() -> None:
+    program = build("allpairs_alltoall", 8, 2)
+    folded = fold_instances(program)
+    assert folded.instances == 1 and folded.collective == instance_collective(program.collective, 2)
+    ir = compile_program(folded)
+    assert passes(ir, folded)
+
+
+def test_waited_first_renumbers_dependencies() -> None:
+    ir = compile_program(build("allpairs_allreduce_two_phase", 8))
+    renumbered = waited_first(ir)
+    for gpu in renumbered.gpus:
+        waited = {s.depid for tb in gpu.tbs for s in tb.steps if s.depid >= 0}
+        assert waited == set(range(len(waited)))
+    program = build("allpairs_allreduce_two_phase", 8)
+    assert passes(renumbered, program)
+
+
+def test_manual_threadblocks_are_not_split() -> None:
+    program = build("ring_allreduce", 64)
+    program = replace(program, options=replace(program.options, threadblock_policy="manual"))
+    with pytest.raises(TargetLimitError, match="placed by hand"):
+        compile_program(program, target="rccl")
+
+
+def _library_cases():
+    for name, entry in LIBRARY.items():
+        if name == "alltonext":  # a custom collective: refused by both (tested above)
+            continue
+        for n in (8, 16, 64):
+            if entry.fits(n, NODES[n]) is None:
+                yield name, n, None
+        if entry.multi_node:
+            yield name, 16, 2
+            yield name, 64, 8
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["msccl-executor", "rccl"])
+def test_library_compiles_for_target(target: str) -> None:
+    refused = []
+    for name, n, nodes in _library_cases():
+        for instances in (1, 2):
+            for protocol in ("Simple", "LL", "LL128"):
+                program = build(name, n, instances, nodes, protocol=protocol)
+                try:
+                    ir = compile_program(program, target=target)
+                except TargetLimitError as err:
+                    refused.append(f"{name}:{n}:{instances}: {err}")
+                    continue
+                assert target_violation(ir, target) is None
+                if n <= 16:
+                    assert passes(ir, program), (name, n, instances)
+    known = [r for r in refused if r.startswith("allpairs_allreduce_one_phase:64:2")] if target == "rccl" else []
+    assert refused == known, refused
+
+
+def tight(max_steps: int, max_tbs: int):
+    """A made-up runtime with small limits, to exercise every split on small programs."""
+    return replace(get_target("rccl"), name="tight", runtime="a tight test runtime", max_steps_per_tb=max_steps,
+                   max_tbs_per_gpu=max_tbs)
+
+
+def test_tight_target_is_met_by_spreading() -> None:
+    program = build("ring_allreduce", 8)
+    ir = compile_program(program, target=tight(8, 64))
+    assert max(len(tb.steps) for _, tb in ir.threadblocks()) <= 8 < max(
+        len(tb.steps) for _, tb in compile_program(program).threadblocks())
+    assert passes(ir, program)
+
+
+@settings(max_examples=25, deadline=None)
+@given(name=st.sampled_from(["ring_allgather", "ring_allreduce", "allpairs_alltoall", "allpairs_allreduce_two_phase",
+                             "recursive_doubling_allgather", "double_binary_tree_allreduce"]),
+       n=st.sampled_from([4, 8]), instances=st.integers(1, 2), max_steps=st.integers(4, 24),
+       max_tbs=st.integers(3, 16))
+def test_split_either_fits_and_runs_or_refuses(name, n, instances, max_steps, max_tbs) -> None:
+    program = build(name, n, instances)
+    target = tight(max_steps, max_tbs)
+    try:
+        ir = compile_program(program, target=target)
+    except TargetLimitError as err:
+        assert "a tight test runtime" in str(err) and "\n" not in str(err)
+        return
+    assert target_violation(ir, target) is None
+    assert passes(ir, program)
