@@ -233,8 +233,9 @@ class _Attrs:
             return default
         text = value.strip()
         digits = text[1:] if text.startswith("-") else text
-        if not (digits.isascii() and digits.isdigit()) or len(digits) > 18:
-            raise XMLFormatError(f"{self._where(name)} is {value[:20]!r}, not an integer (decimal digits, at most 18)")
+        # the runtimes read these fields as 64-bit integers (maxBytes may be INT64_MAX for an open-ended range)
+        if not (digits.isascii() and digits.isdigit()) or len(digits) > 19 or not -(2**63) <= int(text) < 2**63:
+            raise XMLFormatError(f"{self._where(name)} is {value[:21]!r}, not an integer (decimal digits, 64-bit)")
         return int(text)
 
     def flag(self, name: str, default: bool | None = None) -> bool:
