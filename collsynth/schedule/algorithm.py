@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from collsynth.collectives import Collective
+from collsynth.core.enums import Op
 from collsynth.core.errors import CollsynthError
 from collsynth.topologies import Topology
 
-COPY = "copy"
-REDUCE = "reduce"
+COPY = Op.COPY  # aliases: a send's op is an `Op` (equal to its wire spelling, "copy" / "reduce")
+REDUCE = Op.REDUCE
 
 
 class AlgorithmError(CollsynthError):
@@ -32,7 +33,7 @@ class Send:
     chunk: int
     src: int
     dst: int
-    op: str = COPY
+    op: Op = COPY
     start_us: float | None = None  # MILP schedules: estimated start time
     duration_us: float | None = None
 
@@ -144,9 +145,10 @@ def _send_to_list(send: Send) -> list[Any]:
 
 
 def _send_from_list(row: list[Any]) -> Send:
-    op = str(row[3]) if len(row) > 3 else COPY
-    if op not in (COPY, REDUCE):
+    spelling = str(row[3]) if len(row) > 3 else COPY
+    if spelling not in (COPY, REDUCE):
         raise AlgorithmError(f"send {row}: op must be 'copy' or 'reduce'")
+    op = Op(spelling)
     start = float(row[4]) if len(row) > 4 and row[4] is not None else None
     duration = float(row[5]) if len(row) > 5 and row[5] is not None else None
     return Send(int(row[0]), int(row[1]), int(row[2]), op, start, duration)
