@@ -11,7 +11,7 @@ from typing import Any
 from collsynth.collectives import Collective
 from collsynth.core.enums import Status
 from collsynth.core.errors import CollsynthError
-from collsynth.encodings.bounds import lower_bound_rounds_per_chunk, lower_bound_steps
+from collsynth.encodings.bounds import lower_bound_steps
 from collsynth.encodings.sccl_z3 import InstanceOutcome
 from collsynth.schedule import Algorithm, Attempt, SynthesisResult, concatenate
 from collsynth.synth.portfolio import InstanceSolver
@@ -25,6 +25,7 @@ from collsynth.synth.problem import (
     strategy,
 )
 from collsynth.synth.sccl_greedy import greedy_schedule
+from collsynth.synth.size import rounds_per_chunk_bound
 from collsynth.topologies import Topology
 
 SYNTHESIZER = "sccl-instance"
@@ -72,7 +73,7 @@ def least_rounds(solver: InstanceSolver, lower: int, upper: int | None, time_lim
 
 def rounds_lower_bound(topology: Topology, collective: Collective) -> int:
     """Fewer rounds than this never carry the collective's C chunks (the bandwidth bound times C)."""
-    return ceil(lower_bound_rounds_per_chunk(topology, collective) * collective.chunks)
+    return ceil(rounds_per_chunk_bound(topology, collective) * collective.chunks)
 
 
 def instance_result(collective: Collective, steps: int, rounds: int | None, algorithm: Algorithm | None,

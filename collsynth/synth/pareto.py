@@ -28,11 +28,11 @@ from typing import Any
 
 from collsynth.collectives import Collective
 from collsynth.core.enums import Status
-from collsynth.encodings.bounds import lower_bound_rounds_per_chunk, lower_bound_steps
+from collsynth.encodings.bounds import lower_bound_steps
 from collsynth.schedule import Attempt, FrontierPoint, SynthesisResult, pareto_optimal
 from collsynth.synth.instance import SynthesisError
 from collsynth.synth.problem import COMPOSED, strategy, unit
-from collsynth.synth.size import check_encodable_size
+from collsynth.synth.size import check_encodable_size, rounds_per_chunk_bound
 from collsynth.synth.sweep import (
     BOUND_MET,
     GAVE_UP,
@@ -114,7 +114,7 @@ def pareto_frontier(topology: Topology, collective: Collective, *, max_chunks: i
     notify: EventHandler = on_event or (lambda kind, payload: None)
     steps_lb = lower_bound_steps(topology, base)
     check_encodable_size(topology, base, steps_lb)
-    ratio_lb = lower_bound_rounds_per_chunk(topology, base)
+    ratio_lb = rounds_per_chunk_bound(topology, base)
     composed = strategy(base) == COMPOSED
     sweeps = 1 if not composed else 2 if same_links(topology, reversed_topology(topology)) else 3
     notify("bounds", {"steps": steps_lb, "rounds_per_chunk": ratio_lb, "sweeps": sweeps})

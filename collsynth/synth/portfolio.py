@@ -60,8 +60,12 @@ class InstanceSolver:
     SPLITS_PER_ENCODING = 6
 
     def __init__(self, topology: Topology, collective: Collective, steps: int, *, use_symmetry: bool = True,
-                 interruptible: bool = True, max_rounds: int | None = None, budget: int | None = None) -> None:
+                 interruptible: bool = True, max_rounds: int | None = None, budget: int | None = None,
+                 deadline: float | None = None) -> None:
         self.interruptible = interruptible
+        # The caller's overall deadline (a time.perf_counter() value): an encoding that could not be built by
+        # then is not started (building is not interruptible); the answer is then a time-out.
+        self.deadline = deadline
         # At most this many z3 resource units per question (then a time-out): a cap on work, not on time.
         self.budget = budget
         self.max_rounds = max_rounds  # no question will ask for more (keeps the encodings small)
@@ -95,6 +99,14 @@ class InstanceSolver:
                                                 max_rounds=self.max_rounds, context=self.context)
         return self._encodings[level]
 
+    def _can_build_by_deadline(self) -> bool:
+        if self.deadline is None:
+            return True
+        from collsynth.synth.size import estimated_build_seconds
+
+        left = self.deadline - time.perf_counter()
+        return estimated_build_seconds(self.topology, self.collective, self.steps) <= left
+
     @property
     def max_useful_rounds(self) -> int:
         return self.full.max_useful_rounds
@@ -103,11 +115,14 @@ class InstanceSolver:
         """The portfolio answer; unsat only from the unrestricted encoding; timeout after `time_limit` seconds
         or once the solver's `budget` of resource units is spent."""
         start = time.perf_counter()
+        if not self._encodings and not self._can_build_by_deadline():
+            return InstanceOutcome(Status.TIMEOUT, self.collective.chunks, self.steps, max_rounds, None, 0.0)
         if self.full.infeasible_reason is not None or max_rounds < self.steps:
             return self.full.solve(max_rounds)
         if max_rounds >= self.full.max_useful_rounds:
             # Any split will do: the open question is easy. Unlimited rounds are always enough.
-            outcome = self.full.solve(max_rounds, time_limit, units=self.budget)
+            left = None if time_limit is None else max(0.001, start + time_limit - time.perf_counter())
+            outcome = self.full.solve(max_rounds, left, units=self.budget)
             return _with_seconds(outcome, time.perf_counter() - start)
         splits = balanced_splits(max_rounds, [1 + len(x) for x in self.full.extra], self.SPLITS_PER_ENCODING + 1)
         complete = len(splits) <= self.SPLITS_PER_ENCODING  # then refuting every split proves unsat

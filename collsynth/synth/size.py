@@ -8,17 +8,28 @@ sends into its source in earlier steps; the direct AllReduce encoding has contri
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 from collsynth.collectives import Collective
 from collsynth.core.errors import CollsynthError
+from collsynth.encodings.bounds import lower_bound_rounds_per_chunk
+from collsynth.encodings.cut_bounds import cut_bound_rounds_per_chunk
 from collsynth.encodings.sccl_z3 import chunk_destinations
 from collsynth.synth.problem import COMPOSED, encodable, strategy
 from collsynth.topologies import Topology
 
-# z3 memory per literal of the encoding, measured: torus:8x8 AllGather with 1 chunk in 8 steps has an estimated
-# 5.9e6 literals and took 1.2 GB in z3 (about 200 bytes a literal, the solver's own copies included).
-BYTES_PER_LITERAL = 200
+# z3 memory per estimated literal. Measured: torus:8x8 AllGather, 1 chunk in 8 steps, 2.6e6 literals estimated,
+# took 256 MB to build (hypercube:5: 4.2e5, 35 MB), about 100 bytes a literal; solving and the portfolio's
+# symmetry-restricted encodings take as much again and more.
+BYTES_PER_LITERAL = 300
+# Seconds to build an encoding per estimated literal, measured under load (torus:8x8 AllGather, 1 chunk, 8 steps:
+# 2.6e6 literals in 30 s on a loaded 2-core machine).
+SECONDS_PER_LITERAL = 1.2e-5
 # Refuse encodings estimated above this much memory (the 2-core CI machines have 4-8 GB for everything).
 MAX_ENCODING_BYTES = 3 << 30
+# The flow LP for the rounds-per-chunk bound has about (chunk classes x links) columns; above this many (and above
+# 16 ranks) the cut bound stands in: the LP of torus:8x8 AllGather (16k columns) took minutes, its cut bound 1 ms.
+MAX_LP_COLUMNS = 4096
 SCALABLE = "`collsynth synth auto` (or `synth greedy` / `synth trees`)"
 
 
@@ -40,6 +51,11 @@ def estimated_literals(topology: Topology, collective: Collective, steps: int) -
     return int(sends * (indegree * steps / 2 + 4))
 
 
+def estimated_build_seconds(topology: Topology, collective: Collective, steps: int) -> float:
+    """About how long building the (unrestricted) encoding takes; a deadline check, not a promise."""
+    return estimated_literals(topology, collective, steps) * SECONDS_PER_LITERAL
+
+
 def encoding_fits(topology: Topology, collective: Collective, steps: int) -> bool:
     return estimated_literals(topology, collective, steps) * BYTES_PER_LITERAL <= MAX_ENCODING_BYTES
 
@@ -57,3 +73,13 @@ def check_encodable_size(topology: Topology, collective: Collective, steps: int)
             f"{collective.name} on {topology.name} ({topology.num_ranks} ranks, {steps} steps) is too large for the "
             f"SMT encoding (about {need / (1 << 30):.1f} GB estimated, limit {MAX_ENCODING_BYTES / (1 << 30):.0f} GB); "
             f"use {SCALABLE}")
+
+
+def rounds_per_chunk_bound(topology: Topology, collective: Collective) -> Fraction:
+    """The flow LP's lower bound on R/C where the LP is small, else the cut bound (weaker, but in milliseconds)."""
+    classes = len({(pre, post) for pre, post in zip(collective.pre, collective.post, strict=True) if post - pre}
+                  | ({(pre, post) for pre, post in zip(collective.pre, collective.post, strict=True)}
+                     if collective.combining else set()))
+    if topology.num_ranks <= 16 or classes * len(topology.links) <= MAX_LP_COLUMNS:
+        return lower_bound_rounds_per_chunk(topology, collective)
+    return cut_bound_rounds_per_chunk(topology, collective)

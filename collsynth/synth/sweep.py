@@ -16,7 +16,7 @@ from typing import Any
 
 from collsynth.collectives import Collective
 from collsynth.core.enums import Status
-from collsynth.encodings.bounds import lower_bound_rounds_per_chunk, lower_bound_steps
+from collsynth.encodings.bounds import lower_bound_steps
 from collsynth.encodings.sccl_z3 import InstanceOutcome, Schedule
 from collsynth.schedule import FEASIBLE, OPTIMAL, Attempt, FrontierPoint
 from collsynth.synth.instance import least_rounds
@@ -24,6 +24,7 @@ from collsynth.synth.parallel import explore_chunks_task, make_pool, stop_pool
 from collsynth.synth.portfolio import InstanceSolver
 from collsynth.synth.problem import algorithm_name, encodable, schedule_to_algorithm, solver_provenance
 from collsynth.synth.sccl_greedy import greedy_schedule
+from collsynth.synth.size import rounds_per_chunk_bound
 from collsynth.topologies import Topology
 
 # The direct AllReduce encoding is much harder than the composition it tries to beat: its calls get at most
@@ -138,7 +139,8 @@ def _explore_steps(task: ChunkTask, steps: int, upper: int | None, left: float |
     else:
         greedy = None
     solver = InstanceSolver(task.topology, collective, steps, interruptible=interruptible, max_rounds=upper,
-                            budget=DIRECT_BUDGET_UNITS if task.part == "direct" else None)
+                            budget=DIRECT_BUDGET_UNITS if task.part == "direct" else None,
+                            deadline=None if left is None else time.perf_counter() + left)
     limit = left if task.time_limit is None else task.time_limit if left is None else min(task.time_limit, left)
     lower = max(steps, ceil(task.ratio_lb * collective.chunks))
     before = time.perf_counter()
@@ -161,7 +163,7 @@ class Sweep:
         self.topology, self.base, self.limits = topology, base, limits
         self.enc_topology, self.enc_base = encodable(topology, base)
         if bounds is None:
-            bounds = lower_bound_steps(topology, base), lower_bound_rounds_per_chunk(topology, base)
+            bounds = lower_bound_steps(topology, base), rounds_per_chunk_bound(topology, base)
         self.steps_lb, self.ratio_lb = bounds
         self.max_steps = limits.max_steps if limits.max_steps is not None else self.steps_lb + topology.num_ranks
         self.notify, self.part = notify, part
