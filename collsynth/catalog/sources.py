@@ -74,16 +74,9 @@ def build_library_program(name: str, topology: Topology, variant: CompileVariant
 
 # --- synthesizers -------------------------------------------------------------------------------------
 
-def synthesize_in_fresh_process(item: WorkItem) -> Synthesized:
-    """`synthesize` in a process of its own, so that the answer depends on the item alone (see
-    collsynth.catalog.isolate: z3 carries state from one solve to the next within a process)."""
-    from collsynth.catalog.isolate import run_in_fresh_process
-
-    return run_in_fresh_process(synthesize, item)
-
-
 def synthesize(item: WorkItem) -> Synthesized:
-    """Run the item's synthesizer here; raises CollsynthError when it cannot give any algorithm."""
+    """Run the item's synthesizer here; raises CollsynthError when it cannot give any algorithm. The answer depends
+    on the item alone, whatever this process solved before: every SMT solve has a z3 context of its own."""
     runner = _SYNTHESIZERS.get(item.source)
     if runner is None:
         raise CatalogError(f"work item {item.label}: unknown source {item.source!r}")

@@ -5,7 +5,7 @@ copy/reduce sends and the contribution sets (see `AllReduceEncoding`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import z3
 
@@ -40,7 +40,7 @@ def copy_or_reduce(cp: dict[SendKey, z3.BoolRef], rd: dict[SendKey, z3.BoolRef],
     return [_or(_not(cp[k]), _not(rd[k])) for k in keys]
 
 
-def single_copy_in(cp: dict[SendKey, z3.BoolRef], rd: dict[SendKey, z3.BoolRef], senders: dict[int, Sequence[int]],
+def single_copy_in(cp: dict[SendKey, z3.BoolRef], rd: dict[SendKey, z3.BoolRef], senders: Mapping[int, Sequence[int]],
                    pairs: Sequence[tuple[int, int, int]]) -> list[z3.BoolRef]:
     # sum_u cp[c,u,v,t] <= 1 and cp[c,u,v,t] -> not rd[c,w,v,t] for all w
     constraints = []
@@ -55,7 +55,7 @@ def single_copy_in(cp: dict[SendKey, z3.BoolRef], rd: dict[SendKey, z3.BoolRef],
     return constraints
 
 
-def no_double_count(rd: dict[SendKey, z3.BoolRef], has: HasFn, senders: dict[int, Sequence[int]],
+def no_double_count(rd: dict[SendKey, z3.BoolRef], has: HasFn, senders: Mapping[int, Sequence[int]],
                     pairs: Sequence[tuple[int, int, int]], ranks: int) -> list[z3.BoolRef]:
     # rd[c,u,v,t] -> not (has[c,u,t,j] and has[c,v,t,j])
     # rd[c,u,v,t] and rd[c,w,v,t] -> not (has[c,u,t,j] and has[c,w,t,j])
@@ -71,7 +71,7 @@ def no_double_count(rd: dict[SendKey, z3.BoolRef], has: HasFn, senders: dict[int
 
 
 def contributions_flow(cp: dict[SendKey, z3.BoolRef], rd: dict[SendKey, z3.BoolRef], has: HasFn,
-                       senders: dict[int, Sequence[int]],
+                       senders: Mapping[int, Sequence[int]],
                        keys: Sequence[tuple[int, int, int, int]]) -> list[z3.BoolRef]:
     # has[c,v,t+1,j] = (has[c,v,t,j] and no copy into v) or OR_u ((cp or rd)[c,u,v,t] and has[c,u,t,j])
     constraints = []

@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from math import ceil
+from typing import TypeVar
 
 import z3
 
@@ -44,6 +46,7 @@ from collsynth.topologies.symmetry import MAX_AUTOMORPHISMS, Symmetry, orbits, r
 MAX_SLICE_UNITS = 2**32 - 1
 
 SendKey = tuple[int, int, int, int]  # (chunk, src, dst, step)
+Key = TypeVar("Key", bound=tuple[int, ...])  # what a symmetry moves: a send key, a (chunk, rank) pair, ...
 # Per step: (rounds, sends); a send is (chunk, src, dst), a copy, or (chunk, src, dst, "reduce").
 Schedule = tuple[tuple[int, tuple[tuple, ...]], ...]
 
@@ -145,8 +148,8 @@ class StepEncoding:
     def _build(self) -> None:
         raise NotImplementedError
 
-    def _moves_on(self, act: Callable[[Symmetry, tuple], Hashable]) -> list[Callable[[Hashable], Hashable]]:
-        return [lambda x, g=g: act(g, x) for g in self.symmetries]
+    def _moves_on(self, act: Callable[[Symmetry, Key], Key]) -> list[Callable[[Key], Key]]:
+        return [partial(act, g) for g in self.symmetries]
 
     def _build_rounds(self) -> None:
         # A step never needs more rounds than its busiest link or switch could be asked to carry.
@@ -279,7 +282,7 @@ class SCCLEncoding(StepEncoding):
                         keys.append((c, u, v, t))
         return keys
 
-    def _representatives(self, keys: list[SendKey]) -> dict[Hashable, Hashable]:
+    def _representatives(self, keys: list[SendKey]) -> dict[SendKey, SendKey]:
         if not self.symmetries:
             return {key: key for key in keys}
         return orbits(keys, self._moves_on(lambda g, k: (g[1][k[0]], g[0][k[1]], g[0][k[2]], k[3])))

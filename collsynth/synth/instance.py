@@ -155,7 +155,8 @@ def _allreduce_instance(topology: Topology, collective: Collective, steps: int, 
     if upper is not None and upper < max(lower, steps):
         found, least = None, True
     else:
-        found, least, tried = least_rounds(solver, lower if rounds is None else upper, upper, time_limit, "direct")
+        ask_from = lower if upper is None or rounds is None else upper
+        found, least, tried = least_rounds(solver, ask_from, upper, time_limit, "direct")
     attempts += tried
     if found is not None and found.schedule is not None:
         name = algorithm_name(collective, topology, collective.chunks, steps, found.rounds)

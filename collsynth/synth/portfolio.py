@@ -128,10 +128,10 @@ class InstanceSolver:
         complete = len(splits) <= self.SPLITS_PER_ENCODING  # then refuting every split proves unsat
         race = _Race(self, max_rounds, splits[:self.SPLITS_PER_ENCODING], complete,
                      None if time_limit is None else start + time_limit)
-        outcome = race.run()
-        if outcome is None:
-            outcome = InstanceOutcome(Status.TIMEOUT, self.collective.chunks, self.steps, max_rounds, None, 0.0)
-        return _with_seconds(outcome, time.perf_counter() - start)
+        answer = race.run()
+        if answer is None:
+            answer = InstanceOutcome(Status.TIMEOUT, self.collective.chunks, self.steps, max_rounds, None, 0.0)
+        return _with_seconds(answer, time.perf_counter() - start)
 
 
 class _Race:

@@ -214,6 +214,12 @@ def plot_frontier(result: SynthesisResult, path: str | os.PathLike[str]) -> Path
     ax.grid(True, color="#eeeeee", lw=0.8)
     ax.set_axisbelow(True)
     ax.legend(loc="upper right", fontsize=8.5, framealpha=0.9)
+    return _save_figure(fig, target)
+
+
+def _save_figure(fig: Any, target: Path) -> Path:
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     try:
         with atomic_path(target) as tmp:

@@ -4,6 +4,7 @@ the rounds the solver is asked for, and answers when the solver times out."""
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import partial
 
 from collsynth.collectives import Collective
 from collsynth.encodings.sccl_z3 import Schedule, chunk_destinations, distances_from, tight_rounds
@@ -29,10 +30,15 @@ def greedy_schedule(topology: Topology, collective: Collective, steps: int) -> S
             while x not in in_tree:  # walk back to the tree; depth-0 ranks are in it
                 d = int(depth[x])
                 candidates = [u for u in topology.in_neighbors[x] if depth[u] == d - 1]
-                parent = min(candidates, key=lambda u, x=x, d=d: (
-                    u not in in_tree, load[(u, x, d - 1)] / topology.bandwidth(u, x), u))
+                parent = min(candidates, key=partial(_parent_rank, in_tree, load, topology, x, d))
                 load[(parent, x, d - 1)] += 1
                 per_step[d - 1].append((c, parent, x))
                 in_tree.add(x)
                 x = parent
     return tuple((tight_rounds(topology, sends), tuple(sorted(sends))) for sends in per_step)
+
+
+def _parent_rank(in_tree: set[int], load: dict[tuple[int, int, int], float], topology: Topology, x: int, d: int,
+                 u: int) -> tuple[bool, float, int]:
+    # prefer a rank already in the tree, then the least loaded link (relative to its bandwidth), then the lowest rank
+    return u not in in_tree, load[(u, x, d - 1)] / topology.bandwidth(u, x), u

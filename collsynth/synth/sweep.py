@@ -191,8 +191,11 @@ class Sweep:
             if left is not None and left <= 0:
                 return TIME_LIMIT
             met: list[bool] = []
-            found = explore_chunks(self.task(chunks), on_attempt=self._attempt,
-                                   on_point=lambda point, c=chunks, met=met: met.append(self._accept(c, point)))
+
+            def accept(point: FoundPoint, chunks: int = chunks, met: list[bool] = met) -> None:
+                met.append(self._accept(chunks, point))
+
+            found = explore_chunks(self.task(chunks), on_attempt=self._attempt, on_point=accept)
             self.notify("chunks", chunks)
             if any(met):
                 return BOUND_MET
