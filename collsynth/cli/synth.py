@@ -128,9 +128,7 @@ def least_steps_command(topology: str, collective: str, root: int | None, time_l
                         call_time_limit: float, chunks: int, rounds: int | None, max_steps: int | None,
                         output: str | None, as_json: bool) -> None:
     """The algorithm for COLLECTIVE on TOPOLOGY with the fewest steps (then the fewest rounds)."""
-    from collsynth.encodings.bounds import lower_bound_steps
     from collsynth.synth.least_steps import least_steps
-    from collsynth.synth.size import check_encodable_size
 
     _positive("--time-limit", time_limit)
     _positive("--call-time-limit", call_time_limit)
@@ -138,7 +136,6 @@ def least_steps_command(topology: str, collective: str, root: int | None, time_l
     _positive("--max-steps", max_steps)
     start = time.perf_counter()
     topo, coll = _problem(topology, collective, chunks, root)
-    check_encodable_size(topo, coll, lower_bound_steps(topo, coll))
     deadline = None if time_limit is None else start + time_limit
     result = least_steps(topo, coll, rounds=rounds, time_limit=call_time_limit, max_steps=max_steps,
                          deadline=deadline)

@@ -25,7 +25,7 @@ from collsynth.synth.problem import (
     strategy,
 )
 from collsynth.synth.sccl_greedy import greedy_schedule
-from collsynth.synth.size import rounds_per_chunk_bound
+from collsynth.synth.size import check_encodable_size, rounds_per_chunk_bound
 from collsynth.topologies import Topology
 
 SYNTHESIZER = "sccl-instance"
@@ -102,6 +102,7 @@ def synthesize_instance(topology: Topology, collective: Collective, steps: int, 
     if rounds is not None and rounds < 1:
         raise SynthesisError(f"rounds must be >= 1, got {rounds}")
     steps_bound = lower_bound_steps(topology, collective)  # raises when the collective is impossible
+    check_encodable_size(topology, collective, steps)
     if strategy(collective) == COMPOSED:
         result = _allreduce_instance(topology, collective, steps, rounds, time_limit, start)
     else:

@@ -10,6 +10,7 @@ from collsynth.core.enums import Status
 from collsynth.encodings.bounds import lower_bound_steps
 from collsynth.schedule import Attempt, SynthesisResult
 from collsynth.synth.instance import SynthesisError, synthesize_instance
+from collsynth.synth.size import check_encodable_size, encoding_fits
 from collsynth.topologies import Topology
 
 SYNTHESIZER = "sccl-least-steps"
@@ -32,10 +33,11 @@ def least_steps(topology: Topology, collective: Collective, *, rounds: int | Non
                              f"{topology.name}; raise --max-steps")
     attempts: list[Attempt] = []
     undecided = False
+    check_encodable_size(topology, collective, max(low, 1))
     for steps in range(max(low, 1), high + 1):
         left = None if deadline is None else deadline - time.perf_counter()
-        if left is not None and left <= 0:
-            undecided = True
+        if (left is not None and left <= 0) or not encoding_fits(topology, collective, steps):
+            undecided = True  # out of time, or more steps would not fit in memory
             break
         limit = left if time_limit is None else time_limit if left is None else min(time_limit, left)
         result = synthesize_instance(topology, collective, steps, rounds, time_limit=limit)
