@@ -120,7 +120,9 @@ def orbits(items: Iterable[Item], moves: Sequence[Callable[[Item], Item]]) -> di
     sets = UnionFind(listed)
     for move in moves:
         for x in listed:
-            sets.union(x, move(x))
+            a, b = sets[x], sets[move(x)]
+            if a != b:  # union() would find the roots again, and most pairs are joined already
+                sets.union(a, b)
     smallest: dict[Item, Item] = {}
     for group in sets.to_sets():
         low = min(group)  # type: ignore[type-var]
