@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from functools import cached_property
 
 import z3
 
@@ -75,18 +76,26 @@ class InstanceSolver:
         self.context = z3.Context()  # shared by this solver's encodings only
         combining = collective.combining and collective.name == "allreduce"
         self._kind: type[StepEncoding] = AllReduceEncoding if combining else SCCLEncoding
-        symmetries = instance_symmetries(topology, collective) if use_symmetry else []
-        if combining:
+        self._use_symmetry = use_symmetry
+        self._encodings: dict[int, StepEncoding] = {}
+        self._restricted_unsat: dict[int, int] = {}  # level -> the largest R for which it answered unsat
+
+    @cached_property
+    def _levels(self) -> list[Sequence[Symmetry]]:
+        """The encodings' symmetry restrictions, strongest first, the unrestricted one last (found on first use:
+        a question refused at its deadline costs no symmetry search)."""
+        collective = self.collective
+        symmetries = instance_symmetries(self.topology, collective) if self._use_symmetry else []
+        if self._kind is AllReduceEncoding:
             # every chunk is summed everywhere; symmetric schedules rotate chunk r*C+i with its rank r
             symmetries = [(ranks, tuple(ranks[c // collective.chunks] * collective.chunks + c % collective.chunks
                                         for c in range(collective.num_chunks))) for ranks, _ in symmetries]
-        self._levels: list[Sequence[Symmetry]] = [symmetries] if symmetries else []
+        levels: list[Sequence[Symmetry]] = [symmetries] if symmetries else []
         rotations = [g for g in symmetries if is_single_cycle(g[0])]
         if rotations and len(symmetries) > 1:
-            self._levels.append(rotations[:1])  # weaker: a rotation alone (reflections may rule schedules out)
-        self._levels.append(())
-        self._encodings: dict[int, StepEncoding] = {}
-        self._restricted_unsat: dict[int, int] = {}  # level -> the largest R for which it answered unsat
+            levels.append(rotations[:1])  # weaker: a rotation alone (reflections may rule schedules out)
+        levels.append(())
+        return levels
 
     @property
     def full(self) -> StepEncoding:
@@ -165,6 +174,9 @@ class _Race:
                 if (left is not None and left <= 0) or (units_left is not None and units_left <= 0):
                     return None
                 level, split = task
+                if level not in self.solver._encodings and not self.solver._can_build_by_deadline():
+                    self.tasks = [x for x in self.tasks if x[0] != level]  # no time left to build it
+                    continue
                 outcome = self.solver._encoding(level).solve(self.max_rounds, left, seed=attempt, split=split,
                                                              units=self._slice(task, attempt, units_left))
                 if outcome.status == Status.SAT or (outcome.status == Status.UNSAT and self._refute(task)):
