@@ -92,7 +92,8 @@ def _report_instance(result: SynthesisResult, output: str | None, as_json: bool,
         limit = f" and <= {account['max_rounds']} rounds" if account.get("max_rounds") is not None else ""
         verdict = ("no algorithm exists (unsat)" if result.status == Status.UNSAT
                    else "the solver timed out (raise --time-limit)")
-        click.echo(f"{account.get('chunks')} chunks, {account.get('steps')} steps{limit}: {verdict}; "
+        steps = f"up to {account.get('steps')}" if what == "steps" else account.get("steps")
+        click.echo(f"{account.get('chunks')} chunks, {steps} steps{limit}: {verdict}; "
                    f"{result.seconds:.2f} s")
     sys.exit(1)
 

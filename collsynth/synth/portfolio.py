@@ -124,6 +124,8 @@ class InstanceSolver:
         """The portfolio answer; unsat only from the unrestricted encoding; timeout after `time_limit` seconds
         or once the solver's `budget` of resource units is spent."""
         start = time.perf_counter()
+        if max_rounds < self.steps:  # every step takes a round: no encoding needed to say so
+            return InstanceOutcome(Status.UNSAT, self.collective.chunks, self.steps, max_rounds, None, 0.0)
         if not self._encodings and not self._can_build_by_deadline():
             return InstanceOutcome(Status.TIMEOUT, self.collective.chunks, self.steps, max_rounds, None, 0.0)
         if self.full.infeasible_reason is not None or max_rounds < self.steps:
