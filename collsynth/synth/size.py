@@ -22,9 +22,10 @@ from collsynth.topologies import Topology
 # took 256 MB to build (hypercube:5: 4.2e5, 35 MB), about 100 bytes a literal; solving and the portfolio's
 # symmetry-restricted encodings take as much again and more.
 BYTES_PER_LITERAL = 300
-# Seconds to build an encoding per estimated literal, measured under load (torus:8x8 AllGather, 1 chunk, 8 steps:
-# 2.6e6 literals in 30 s on a loaded 2-core machine).
-SECONDS_PER_LITERAL = 1.2e-5
+# Seconds to build an encoding per estimated literal, measured on the loaded 2-core machine (load average ~24):
+# hypercube:6 AllGather, 1 chunk, 6 steps: 3.2e6 literals estimated, 130 s to build (torus:8x8, 8 steps:
+# 2.6e6 in 30 s at a lower load). The larger figure: a deadline is better kept than an encoding built.
+SECONDS_PER_LITERAL = 4e-5
 # Refuse encodings estimated above this much memory (the 2-core CI machines have 4-8 GB for everything).
 MAX_ENCODING_BYTES = 3 << 30
 # The flow LP for the rounds-per-chunk bound has about (chunk classes x links) columns; above this many (and above
