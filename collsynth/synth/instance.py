@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from math import ceil
 from typing import Any
+
+import z3
 
 from collsynth.collectives import Collective
 from collsynth.core.enums import Status
@@ -29,6 +31,14 @@ from collsynth.synth.size import check_encodable_size, rounds_per_chunk_bound
 from collsynth.topologies import Topology
 
 SYNTHESIZER = "sccl-instance"
+
+
+@dataclass(frozen=True)
+class SolverRun:
+    """What every solver call of one synthesis run shares: the per-call time limit and the z3 context."""
+
+    time_limit: float | None
+    context: Any
 
 
 class SynthesisError(CollsynthError):
@@ -92,7 +102,7 @@ def instance_result(collective: Collective, steps: int, rounds: int | None, algo
 
 
 def synthesize_instance(topology: Topology, collective: Collective, steps: int, rounds: int | None = None, *,
-                        time_limit: float | None = None) -> SynthesisResult:
+                        time_limit: float | None = None, context: z3.Context | None = None) -> SynthesisResult:
     """An algorithm for `collective` (its chunk factor is C) on `topology` in exactly `steps` steps and at most
     `rounds` rounds; without `rounds`, the fewest rounds for those C and S (status OPTIMAL once proven). Every
     solver call gets `time_limit` seconds; a time-out is reported as status TIMEOUT, never as unsat."""
@@ -103,15 +113,18 @@ def synthesize_instance(topology: Topology, collective: Collective, steps: int, 
         raise SynthesisError(f"rounds must be >= 1, got {rounds}")
     steps_bound = lower_bound_steps(topology, collective)  # raises when the collective is impossible
     check_encodable_size(topology, collective, steps)
+    # one z3 context for the run's solvers (or the caller's run), as one process had before: the same answers
+    run = SolverRun(time_limit, context if context is not None else z3.Context())
     if strategy(collective) == COMPOSED:
-        result = _allreduce_instance(topology, collective, steps, rounds, time_limit, start)
+        result = _allreduce_instance(topology, collective, steps, rounds, run, start)
     else:
-        result = _direct_instance(topology, collective, steps, rounds, time_limit, start)
+        result = _direct_instance(topology, collective, steps, rounds, run, start)
     return replace(result, steps_bound=steps_bound)
 
 
 def _direct_instance(topology: Topology, collective: Collective, steps: int, rounds: int | None,
-                     time_limit: float | None, start: float) -> SynthesisResult:
+                     run: SolverRun, start: float) -> SynthesisResult:
+    time_limit = run.time_limit
     enc_topology, enc_collective = encodable(topology, collective)
     # a quick schedule bounds the question (and answers it if the solver times out)
     greedy = greedy_schedule(enc_topology, enc_collective, steps)
@@ -121,7 +134,7 @@ def _direct_instance(topology: Topology, collective: Collective, steps: int, rou
         upper = greedy_rounds
     else:
         greedy = None
-    solver = InstanceSolver(enc_topology, enc_collective, steps, max_rounds=upper)
+    solver = InstanceSolver(enc_topology, enc_collective, steps, max_rounds=upper, context=run.context)
     lower = rounds_lower_bound(topology, collective)
     if rounds is None:
         best, least, attempts = least_rounds(solver, lower, upper, time_limit)
@@ -141,15 +154,16 @@ def _direct_instance(topology: Topology, collective: Collective, steps: int, rou
 
 
 def _allreduce_instance(topology: Topology, collective: Collective, steps: int, rounds: int | None,
-                        time_limit: float | None, start: float) -> SynthesisResult:
+                        run: SolverRun, start: float) -> SynthesisResult:
     """AllReduce: first ReduceScatter in S1 steps then AllGather in S - S1 (every split; cheap, and a good upper
     bound), then the direct encoding for anything better: within `rounds`, or fewer rounds than the
     composition needs (its unsat answer then proves the composition's rounds least)."""
     attempts: list[Attempt] = []
-    composed = _allreduce_composition(topology, collective, steps, rounds, time_limit, attempts)
+    composed = _allreduce_composition(topology, collective, steps, rounds, run, attempts)
+    time_limit = run.time_limit
     if composed is not None and rounds is not None:
         return instance_result(collective, steps, rounds, composed, False, Status.SAT, attempts, start)
-    solver = InstanceSolver(topology, collective, steps)
+    solver = InstanceSolver(topology, collective, steps, context=run.context)
     lower = rounds_lower_bound(topology, collective)
     upper = rounds if composed is None else composed.rounds - 1
     tried: list[Attempt] = []
@@ -173,7 +187,7 @@ def _allreduce_instance(topology: Topology, collective: Collective, steps: int, 
 
 
 def _allreduce_composition(topology: Topology, collective: Collective, steps: int, rounds: int | None,
-                           time_limit: float | None, attempts: list[Attempt]) -> Algorithm | None:
+                           run: SolverRun, attempts: list[Attempt]) -> Algorithm | None:
     """The best ReduceScatter + AllGather algorithm in `steps` steps (within `rounds`), over every split."""
     rs, ag = allreduce_parts(collective)
     rs_low, ag_low = lower_bound_steps(topology, rs), lower_bound_steps(topology, ag)
@@ -183,8 +197,8 @@ def _allreduce_composition(topology: Topology, collective: Collective, steps: in
         for part, coll, part_steps in (("reducescatter", rs, rs_steps), ("allgather", ag, steps - rs_steps)):
             budget = None if rounds is None else rounds - (steps - part_steps)  # the other half needs >= 1 a step
             enc_topology, enc_collective = encodable(topology, coll)
-            solver = InstanceSolver(enc_topology, enc_collective, part_steps)
-            found, _, tried = least_rounds(solver, rounds_lower_bound(topology, coll), budget, time_limit, part)
+            solver = InstanceSolver(enc_topology, enc_collective, part_steps, context=run.context)
+            found, _, tried = least_rounds(solver, rounds_lower_bound(topology, coll), budget, run.time_limit, part)
             attempts += tried
             if found is None or found.schedule is None:
                 break

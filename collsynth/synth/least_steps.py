@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+import z3
+
 from collsynth.collectives import Collective
 from collsynth.core.enums import Status
 from collsynth.encodings.bounds import lower_bound_steps
@@ -34,13 +36,14 @@ def least_steps(topology: Topology, collective: Collective, *, rounds: int | Non
     attempts: list[Attempt] = []
     undecided = False
     check_encodable_size(topology, collective, max(low, 1))
+    context = z3.Context()  # one for the run's solvers, as one process had before: the same answers as then
     for steps in range(max(low, 1), high + 1):
         left = None if deadline is None else deadline - time.perf_counter()
         if (left is not None and left <= 0) or not encoding_fits(topology, collective, steps):
             undecided = True  # out of time, or more steps would not fit in memory
             break
         limit = left if time_limit is None else time_limit if left is None else min(time_limit, left)
-        result = synthesize_instance(topology, collective, steps, rounds, time_limit=limit)
+        result = synthesize_instance(topology, collective, steps, rounds, time_limit=limit, context=context)
         attempts += result.tried
         if result.found:
             status = Status.TIMEOUT if undecided else result.status

@@ -26,6 +26,8 @@ import time
 from fractions import Fraction
 from typing import Any
 
+import z3
+
 from collsynth.collectives import Collective
 from collsynth.core.enums import Status
 from collsynth.encodings.bounds import lower_bound_steps
@@ -119,7 +121,8 @@ def pareto_frontier(topology: Topology, collective: Collective, *, max_chunks: i
     sweeps = 1 if not composed else 2 if same_links(topology, reversed_topology(topology)) else 3
     notify("bounds", {"steps": steps_lb, "rounds_per_chunk": ratio_lb, "sweeps": sweeps})
     deadline = None if total_time_limit is None else start + total_time_limit
-    limits = SweepLimits(max_chunks, time_limit, jobs, max_steps, deadline)
+    # one z3 context for the run's solvers, as one process had before: the same answers as then
+    limits = SweepLimits(max_chunks, time_limit, jobs, max_steps, deadline, z3.Context())
     if composed:
         from collsynth.synth.pareto_allreduce import allreduce_frontier
 

@@ -62,7 +62,7 @@ class InstanceSolver:
 
     def __init__(self, topology: Topology, collective: Collective, steps: int, *, use_symmetry: bool = True,
                  interruptible: bool = True, max_rounds: int | None = None, budget: int | None = None,
-                 deadline: float | None = None) -> None:
+                 deadline: float | None = None, context: z3.Context | None = None) -> None:
         self.interruptible = interruptible
         # The caller's overall deadline (a time.perf_counter() value): an encoding that could not be built by
         # then is not started (building is not interruptible); the answer is then a time-out.
@@ -73,7 +73,9 @@ class InstanceSolver:
         self.topology = topology
         self.collective = collective
         self.steps = steps
-        self.context = z3.Context()  # shared by this solver's encodings only
+        # The z3 context of this solver's encodings: a fresh one, or the one of the synthesis run it belongs to
+        # (a run's solvers share one, as they shared a process before: the same answers as then)
+        self.context = context if context is not None else z3.Context()
         combining = collective.combining and collective.name == "allreduce"
         self._kind: type[StepEncoding] = AllReduceEncoding if combining else SCCLEncoding
         self._use_symmetry = use_symmetry

@@ -52,6 +52,7 @@ class SweepLimits:
     jobs: int
     max_steps: int | None
     deadline: float | None  # time.perf_counter() at which the whole sweep ends
+    context: Any = None  # the run's z3 context for serial sweeps (workers make their own)
 
     def seconds_left(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.perf_counter()
@@ -91,7 +92,7 @@ class ChunkFindings:
 
 
 def explore_chunks(task: ChunkTask, *, interruptible: bool = True, on_attempt: Callable[[Attempt], None] | None = None,
-                   on_point: Callable[[FoundPoint], None] | None = None) -> ChunkFindings:
+                   on_point: Callable[[FoundPoint], None] | None = None, context: Any = None) -> ChunkFindings:
     """The sweep for one chunk count C (the collective's chunk factor) of a non-combining collective: for
     S = steps_lb, ..., the fewest R that beats every known point with <= S steps."""
     deadline = None if task.seconds_left is None else time.perf_counter() + task.seconds_left
@@ -112,7 +113,7 @@ def explore_chunks(task: ChunkTask, *, interruptible: bool = True, on_attempt: C
         upper = ceil(min(caps) * task.collective.chunks) - 1 if caps else None
         if upper is not None and upper < max(steps, ceil(task.ratio_lb * task.collective.chunks)):
             break  # nothing with >= these steps can beat what is known
-        point, timed_out = _explore_steps(task, steps, upper, left, interruptible, record)
+        point, timed_out = _explore_steps(task, steps, upper, left, interruptible, record, context)
         if task.part == "direct" and timed_out:
             break  # larger S only gets harder for this encoding
         if point is None:
@@ -128,7 +129,7 @@ def explore_chunks(task: ChunkTask, *, interruptible: bool = True, on_attempt: C
 
 
 def _explore_steps(task: ChunkTask, steps: int, upper: int | None, left: float | None, interruptible: bool,
-                   record: Callable[[Attempt], None]) -> tuple[FoundPoint | None, bool]:
+                   record: Callable[[Attempt], None], context: Any) -> tuple[FoundPoint | None, bool]:
     """The fewest rounds for (C, S) below `upper` (None: any); (the point or None, whether a call timed out)."""
     collective = task.collective
     # a quick schedule bounds the question (and answers it if the solver times out)
@@ -140,7 +141,7 @@ def _explore_steps(task: ChunkTask, steps: int, upper: int | None, left: float |
         greedy = None
     solver = InstanceSolver(task.topology, collective, steps, interruptible=interruptible, max_rounds=upper,
                             budget=DIRECT_BUDGET_UNITS if task.part == "direct" else None,
-                            deadline=None if left is None else time.perf_counter() + left)
+                            deadline=None if left is None else time.perf_counter() + left, context=context)
     limit = left if task.time_limit is None else task.time_limit if left is None else min(task.time_limit, left)
     lower = max(steps, ceil(task.ratio_lb * collective.chunks))
     before = time.perf_counter()
@@ -195,7 +196,8 @@ class Sweep:
             def accept(point: FoundPoint, chunks: int = chunks, met: list[bool] = met) -> None:
                 met.append(self._accept(chunks, point))
 
-            found = explore_chunks(self.task(chunks), on_attempt=self._attempt, on_point=accept)
+            found = explore_chunks(self.task(chunks), on_attempt=self._attempt, on_point=accept,
+                                   context=self.limits.context)
             self.notify("chunks", chunks)
             if any(met):
                 return BOUND_MET
