@@ -77,9 +77,9 @@ def main() -> None:
             met = "yes" if bound_met else "finished (bound unreachable)" if coll_name == "broadcast" else "no"
         else:
             reference, speedup, met = "-", "-", "-"
-        points = " ".join(f"({p.chunks},{p.steps},{p.rounds})" for p in result.pareto)
+        points = " ".join(f"({p.chunks},{p.steps},{p.rounds})" for p in result.frontier)
         timeouts = sum(1 for a in result.tried if a.result == "timeout")
-        table.add_row(label, points, f"{result.steps_lower_bound}, {result.rounds_per_chunk_lower_bound}",
+        table.add_row(label, points, f"{result.steps_bound}, {result.bound}",
                       result.stopped, f"{len(result.tried)}" + (f" ({timeouts} t/o)" if timeouts else ""),
                       f"{best:.1f}", reference, speedup, met)
         console.print(f"done: {label} in {best:.1f} s", style="dim")

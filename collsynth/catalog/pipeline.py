@@ -23,7 +23,7 @@ from typing import Any
 
 from collsynth.catalog.plan import LIBRARY, CompileVariant, WorkItem
 from collsynth.catalog.results import EntryResult, ItemResult, SimPoint
-from collsynth.catalog.sources import build_library_program, synthesize_in_fresh_process, tool_versions
+from collsynth.catalog.sources import build_library_program, synthesize, tool_versions
 from collsynth.core.errors import CollsynthError
 from collsynth.ir import Algo
 from collsynth.schedule import Algorithm
@@ -44,7 +44,7 @@ def run_item(item: WorkItem) -> ItemResult:
         entries = with_tuning(entries, item, lambda: _library_candidate(name, item))
         return ItemResult(item.key, True, _summary(entries), entries, time.perf_counter() - started, provenance)
     try:
-        synthesized = synthesize_in_fresh_process(item)
+        synthesized = synthesize(item)
     except CollsynthError as exc:
         return ItemResult(item.key, False, f"synthesis: {exc}", (), time.perf_counter() - started,
                           {"synthesizer": item.source, "versions": tool_versions()})

@@ -13,8 +13,9 @@ from typing import Any
 from collsynth.catalog.errors import CatalogError
 from collsynth.catalog.plan import LIBRARY, CompileVariant, WorkItem
 from collsynth.collectives import Collective
+from collsynth.core.enums import Status
 from collsynth.core.errors import CollsynthError
-from collsynth.schedule import Algorithm
+from collsynth.schedule import Algorithm, StageReport, SynthesisResult
 from collsynth.topologies import Topology
 
 
@@ -73,16 +74,9 @@ def build_library_program(name: str, topology: Topology, variant: CompileVariant
 
 # --- synthesizers -------------------------------------------------------------------------------------
 
-def synthesize_in_fresh_process(item: WorkItem) -> Synthesized:
-    """`synthesize` in a process of its own, so that the answer depends on the item alone (see
-    collsynth.catalog.isolate: z3 carries state from one solve to the next within a process)."""
-    from collsynth.catalog.isolate import run_in_fresh_process
-
-    return run_in_fresh_process(synthesize, item)
-
-
 def synthesize(item: WorkItem) -> Synthesized:
-    """Run the item's synthesizer here; raises CollsynthError when it cannot give any algorithm."""
+    """Run the item's synthesizer here; raises CollsynthError when it cannot give any algorithm. The answer depends
+    on the item alone, whatever this process solved before: every SMT solve has a z3 context of its own."""
     runner = _SYNTHESIZERS.get(item.source)
     if runner is None:
         raise CatalogError(f"work item {item.label}: unknown source {item.source!r}")
@@ -90,23 +84,19 @@ def synthesize(item: WorkItem) -> Synthesized:
 
 
 def _smt_pareto(item: WorkItem) -> Synthesized:
-    from collsynth.synth.pareto import pareto_frontier
+    from collsynth.synth.pareto import pareto_frontier, sweep_document
 
-    frontier = pareto_frontier(item.topology, item.collective, max_chunks=int(item.param("max_chunks")),
-                               time_limit=float(item.param("time_limit_s")))
-    points = frontier.pareto if item.param("points", "pareto") == "pareto" else frontier.sat_points
+    result = pareto_frontier(item.topology, item.collective, max_chunks=int(item.param("max_chunks")),
+                             time_limit=float(item.param("time_limit_s")))
+    points = result.frontier if item.param("points", "pareto") == "pareto" else result.points
     algorithms = tuple(point.algorithm for point in points if point.algorithm is not None)
+    document = sweep_document(result)
     provenance = {"synthesizer": "smt-pareto", "solver": "z3", "versions": tool_versions(),
-                  **_frontier_account(frontier)}
+                  **{key: document[key] for key in ("lower_bounds", "frontier", "tried", "stopped")}}
     if not algorithms:
         raise CatalogError(f"the SMT frontier of {item.collective.name} on {item.topology.name} found no algorithm "
                            f"within {item.param('max_chunks')} chunks (time limit {item.param('time_limit_s')} s)")
     return Synthesized(algorithms, provenance)
-
-
-def _frontier_account(frontier: Any) -> dict[str, Any]:
-    data = frontier.to_dict() if hasattr(frontier, "to_dict") else {}
-    return {key: data[key] for key in ("lower_bounds", "frontier", "tried", "stopped") if key in data}
 
 
 def _smt_instance(item: WorkItem) -> Synthesized:
@@ -133,22 +123,19 @@ def _smt_least_steps(item: WorkItem) -> Synthesized:
                                       **_outcome_account(result)})
 
 
-def _outcome_account(result: Any) -> dict[str, Any]:
-    """Status (a least-steps "timeout" with an algorithm: a smaller S stayed undecided) and every solver call."""
-    attempts = [a.to_dict() if hasattr(a, "to_dict") else str(a) for a in getattr(result, "attempts", ())]
-    return {"status": getattr(result, "status", "sat"), "least_rounds": getattr(result, "least", None),
-            "tried": attempts}
+def _outcome_account(result: SynthesisResult) -> dict[str, Any]:
+    """Status (a least-steps "timeout" with an algorithm: a smaller S stayed undecided; "sat" also when the rounds
+    are proven least, which `least_rounds` says) and every solver call."""
+    status = Status.SAT if result.status == Status.OPTIMAL else result.status
+    return {"status": str(status), "least_rounds": bool(result.provenance.get("least_rounds")),
+            "tried": [a.to_dict() for a in result.tried]}
 
 
-def _algorithm_of(result: Any, what: str) -> Algorithm:
-    """The Algorithm in a driver's answer (an Algorithm itself, or an outcome carrying one)."""
-    if isinstance(result, Algorithm):
-        return result
-    algorithm = getattr(result, "algorithm", None)
-    if isinstance(algorithm, Algorithm):
-        return algorithm
-    status = getattr(result, "status", "no algorithm")
-    raise CatalogError(f"SMT {what}: {status}, no algorithm; raise the time limit or change the instance")
+def _algorithm_of(result: SynthesisResult, what: str) -> Algorithm:
+    """The best algorithm of a synthesizer's result, or a CatalogError naming what to change."""
+    if result.algorithm is None:
+        raise CatalogError(f"SMT {what}: {result.status}, no algorithm; raise the time limit or change the instance")
+    return result.algorithm
 
 
 def _milp(item: WorkItem) -> Synthesized:
@@ -159,10 +146,19 @@ def _milp(item: WorkItem) -> Synthesized:
     result = synthesize_milp(item.topology, item.collective.name, sketch, int(item.param("size")),
                              solver=str(item.param("solver", "highs")), time_limit=float(item.param("time_limit_s")),
                              root=item.collective.root)
-    provenance = {"synthesizer": "milp", "solver": result.solver, "versions": tool_versions(),
-                  "predicted_us": result.predicted_us, "lower_bound_us": result.lower_bound_us,
-                  "stages": [stage.to_dict() for stage in result.stages]}
-    return Synthesized((result.algorithm,), provenance)
+    if result.algorithm is None:
+        raise CatalogError(f"MILP with sketch {item.param('sketch')}: {result.status}, no algorithm; raise the time "
+                           "limit or change the sketch")
+    provenance = {"synthesizer": "milp", "solver": result.provenance.get("solver"), "versions": tool_versions(),
+                  "status": str(result.status), "predicted_us": result.provenance.get("predicted_us"),
+                  "lower_bound_us": result.bound if result.bound_kind == "time_us" else None,
+                  "stages": [_stage_account(stage) for stage in result.stages]}
+    return Synthesized(result.algorithms, provenance)
+
+
+def _stage_account(stage: StageReport) -> dict[str, Any]:
+    return {"name": stage.name, "seconds": round(stage.seconds, 3), "outcome": stage.outcome,
+            "objective": stage.objective}
 
 
 _SYNTHESIZERS: dict[str, Callable[[WorkItem], Synthesized]] = {

@@ -12,8 +12,10 @@ import click
 
 from collsynth.cli.params import CHUNKS_OPTION, ROUNDS_OPTION, SECONDS, STEPS_OPTION
 from collsynth.collectives import Collective, display_name, resolve_collective
+from collsynth.core.enums import Status
 from collsynth.core.errors import CollsynthError
 from collsynth.core.files import write_atomic
+from collsynth.schedule import SynthesisResult
 from collsynth.topologies import Topology, resolve_topology
 
 
@@ -26,11 +28,7 @@ def _problem(topology_spec: str, collective_spec: str, chunks: int, root: int | 
         raise SynthCliError(f"--chunks must be >= 1, got {chunks}")
     topology = resolve_topology(topology_spec)
     collective = resolve_collective(collective_spec, topology.num_ranks, 1, root=root)
-    if chunks > 1:
-        from collsynth.synth.problem import split_chunks
-
-        collective = split_chunks(collective, chunks)
-    return topology, collective
+    return topology, collective.split(chunks)
 
 
 def _positive(name: str, value: float | int | None) -> None:
@@ -48,9 +46,10 @@ def synth() -> None:
     """Synthesize collective algorithms: SCCL-style SMT (instance, least-steps, pareto) and TACCL-style MILP."""
 
 
-def _common(function: Any) -> Any:
-    function = click.option("--time-limit", type=SECONDS, default=60.0, show_default=True,
-                            help="Seconds per solver call; a time-out is reported as such, never as unsat.")(function)
+def _common(function: Any, time_help: str = "Seconds per solver call; a time-out is reported as such, never as "
+            "unsat.", time_default: float | None = 60.0) -> Any:
+    function = click.option("--time-limit", type=SECONDS, default=time_default, show_default=True,
+                            help=time_help)(function)
     function = click.option("--root", type=int, default=None, help="Root rank of rooted collectives (default 0).")(
         function)
     function = click.argument("collective")(function)
@@ -58,34 +57,45 @@ def _common(function: Any) -> Any:
     return function
 
 
-def _report_instance(result: Any, output: str | None, as_json: bool, what: str) -> None:
-    from collsynth.encodings.sccl_z3 import SAT
+def _whole_run(function: Any) -> Any:
+    """--time-limit for the whole run and --call-time-limit for each solver call (least-steps, pareto)."""
+    function = click.option("--call-time-limit", type=SECONDS, default=60.0, show_default=True,
+                            help="Seconds per solver call; a time-out is reported as such, never as unsat.")(function)
+    return _common(function, "Seconds for the whole run: it then ends with what it found (default: no limit).",
+                   None)
 
+
+def _report_instance(result: SynthesisResult, output: str | None, as_json: bool, what: str) -> None:
+    account = result.provenance
+    algorithm = result.algorithm
     if as_json:
-        doc = {"status": result.status, "chunks": result.chunks, "steps": result.steps, "rounds": result.rounds,
-               "least_rounds": result.least, "seconds": round(result.seconds, 3),
-               "tried": [a.to_dict() for a in result.attempts],
-               "algorithm": result.algorithm.to_dict() if result.algorithm is not None else None}
+        status = Status.SAT if result.status == Status.OPTIMAL else result.status
+        doc = {"status": str(status), "chunks": account.get("chunks"), "steps": account.get("steps"),
+               "rounds": algorithm.rounds if algorithm is not None else account.get("max_rounds"),
+               "least_rounds": bool(account.get("least_rounds")), "seconds": round(result.seconds, 3),
+               "tried": [a.to_dict() for a in result.tried],
+               "algorithm": algorithm.to_dict() if algorithm is not None else None}
         click.echo(json.dumps(doc, indent=1))
-    if result.status == SAT or result.algorithm is not None:
-        algorithm = result.algorithm
+    if algorithm is not None:
         if output:
             write_atomic(Path(output), algorithm.to_json())
         if not as_json:
-            note = " (fewest rounds for these chunks and steps)" if result.least else ""
+            note = " (fewest rounds for these chunks and steps)" if account.get("least_rounds") else ""
             click.echo(f"{algorithm.name}: {algorithm.num_steps} steps, {algorithm.rounds} rounds, "
                        f"R/C = {algorithm.bandwidth_cost}{note}; verified; {result.seconds:.2f} s")
-            if result.status != SAT:
+            if result.status not in (Status.SAT, Status.OPTIMAL):
                 click.echo(f"note: a time-out left fewer {what} undecided")
             click.echo(str(algorithm))
             if output:
                 click.echo(f"wrote {output}")
         return
     if not as_json:
-        limit = f" and <= {result.rounds} rounds" if result.rounds is not None else ""
-        verdict = ("no algorithm exists (unsat)" if result.status == "unsat"
+        limit = f" and <= {account['max_rounds']} rounds" if account.get("max_rounds") is not None else ""
+        verdict = ("no algorithm exists (unsat)" if result.status == Status.UNSAT
                    else "the solver timed out (raise --time-limit)")
-        click.echo(f"{result.chunks} chunks, {result.steps} steps{limit}: {verdict}; {result.seconds:.2f} s")
+        steps = f"up to {account.get('steps')}" if what == "steps" else account.get("steps")
+        click.echo(f"{account.get('chunks')} chunks, {steps} steps{limit}: {verdict}; "
+                   f"{result.seconds:.2f} s")
     sys.exit(1)
 
 
@@ -111,28 +121,34 @@ def instance(topology: str, collective: str, root: int | None, time_limit: float
 
 
 @synth.command("least-steps", epilog=f"{_TOPO_HELP} {_COLL_HELP} Exit code 1 when no algorithm was found.")
-@_common
+@_whole_run
 @click.option("--chunks", "-c", type=CHUNKS_OPTION, default=1, show_default=True, help="Chunks per buffer slot (C).")
 @click.option("--rounds", "-r", type=ROUNDS_OPTION, default=None, help="At most this many rounds; default: any.")
 @click.option("--max-steps", type=STEPS_OPTION, default=None,
               help="Give up above this many steps (default: bound + ranks).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the algorithm JSON here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def least_steps_command(topology: str, collective: str, root: int | None, time_limit: float, chunks: int,
-                        rounds: int | None, max_steps: int | None, output: str | None, as_json: bool) -> None:
+def least_steps_command(topology: str, collective: str, root: int | None, time_limit: float | None,
+                        call_time_limit: float, chunks: int, rounds: int | None, max_steps: int | None,
+                        output: str | None, as_json: bool) -> None:
     """The algorithm for COLLECTIVE on TOPOLOGY with the fewest steps (then the fewest rounds)."""
     from collsynth.synth.least_steps import least_steps
 
     _positive("--time-limit", time_limit)
+    _positive("--call-time-limit", call_time_limit)
     _positive("--rounds", rounds)
     _positive("--max-steps", max_steps)
+    start = time.perf_counter()
     topo, coll = _problem(topology, collective, chunks, root)
-    result = least_steps(topo, coll, rounds=rounds, time_limit=time_limit, max_steps=max_steps)
+    deadline = None if time_limit is None else start + time_limit
+    result = least_steps(topo, coll, rounds=rounds, time_limit=call_time_limit, max_steps=max_steps,
+                         deadline=deadline)
     _report_instance(result, output, as_json, "steps")
 
 
-@synth.command("pareto", epilog=f"{_TOPO_HELP} {_COLL_HELP}")
-@_common
+@synth.command("pareto", epilog=f"{_TOPO_HELP} {_COLL_HELP} Points are printed (with --json: one JSON line each) "
+               "and saved (--report) as they are found; the last JSON line is the whole frontier.")
+@_whole_run
 @click.option("--max-chunks", type=CHUNKS_OPTION, default=8, show_default=True,
               help="Stop at this many chunks if the bandwidth lower bound is not met before.")
 @click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Chunk counts solved in parallel processes.")
@@ -140,14 +156,15 @@ def least_steps_command(topology: str, collective: str, root: int | None, time_l
               help="Steps cap while no point is known (default: bound + ranks).")
 @click.option("--report", "report_dir", type=click.Path(file_okay=False), default=None,
               help="Write frontier.json, the algorithms, report.md and frontier.png to this directory.")
-@click.option("--json", "as_json", is_flag=True, help="Print the frontier as JSON on stdout (no progress bar).")
-def pareto(topology: str, collective: str, root: int | None, time_limit: float, max_chunks: int, jobs: int,
-           max_steps: int | None, report_dir: str | None, as_json: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print JSON lines on stdout: each point, then the frontier.")
+def pareto(topology: str, collective: str, root: int | None, time_limit: float | None, call_time_limit: float,
+           max_chunks: int, jobs: int, max_steps: int | None, report_dir: str | None, as_json: bool) -> None:
     """The Pareto frontier of steps against rounds per chunk for COLLECTIVE on TOPOLOGY."""
-    from collsynth.synth.pareto import ParetoResult, SweepInterrupted, pareto_frontier
-    from collsynth.synth.report import ALGORITHMS_DIR, write_progress, write_report
+    from collsynth.synth.pareto import SweepInterrupted, pareto_frontier, sweep_document
+    from collsynth.synth.report import ALGORITHMS_DIR, write_report
 
     _positive("--time-limit", time_limit)
+    _positive("--call-time-limit", call_time_limit)
     if max_chunks < 1:
         raise SynthCliError(f"--max-chunks must be >= 1, got {max_chunks}")
     if jobs < 1:
@@ -157,40 +174,20 @@ def pareto(topology: str, collective: str, root: int | None, time_limit: float, 
     if report_dir is not None and Path(report_dir).exists() and not Path(report_dir).is_dir():
         raise SynthCliError(f"--report {report_dir}: exists and is not a directory; give a directory path")
     progress = _Progress(enabled=not as_json and sys.stderr.isatty(), max_chunks=max_chunks)
-    state: dict[str, Any] = {"points": [], "tried": [], "bounds": None, "start": time.perf_counter()}
-
-    def snapshot(stopped: str) -> ParetoResult:
-        steps_lb, ratio_lb = state["bounds"]
-        return ParetoResult(topo, coll, steps_lb, ratio_lb, tuple(state["points"]), tuple(state["tried"]), stopped,
-                            time.perf_counter() - state["start"])
-
-    def on_event(kind: str, payload: Any) -> None:
-        if kind == "bounds":
-            state["bounds"] = (payload["steps"], payload["rounds_per_chunk"])
-            progress.start(payload["sweeps"])
-        elif kind == "attempt":
-            state["tried"].append(payload)
-            progress.attempt(payload)
-        elif kind == "point":
-            state["points"].append(payload)
-            if report_dir is not None:
-                write_progress(snapshot("running"), report_dir)
-        elif kind == "chunks":
-            progress.advance()
-
+    events = _SweepEvents(topo, coll, progress, report_dir, as_json)
     try:
-        result = pareto_frontier(topo, coll, max_chunks=max_chunks, time_limit=time_limit, jobs=jobs,
-                                 max_steps=max_steps, on_event=on_event)
+        result = pareto_frontier(topo, coll, max_chunks=max_chunks, time_limit=call_time_limit, jobs=jobs,
+                                 max_steps=max_steps, on_event=events, total_time_limit=time_limit)
     except SweepInterrupted as stop:
         progress.stop()
         if report_dir is not None:
             write_report(stop.result, report_dir)
-            click.echo(f"interrupted: {len(stop.result.sat_points)} points kept in {report_dir}", err=True)
+            click.echo(f"interrupted: {len(stop.result.points)} points kept in {report_dir}", err=True)
         raise
     finally:
         progress.stop()
     if as_json:
-        click.echo(json.dumps(result.to_dict(), indent=1))
+        click.echo(json.dumps(sweep_document(result)))
     else:
         _print_frontier(result)
     if report_dir is not None:
@@ -202,21 +199,63 @@ def pareto(topology: str, collective: str, root: int | None, time_limit: float, 
                        f"({len(algorithms)} algorithm{'s' if len(algorithms) != 1 else ''})")
 
 
-def _print_frontier(result: Any) -> None:
+class _SweepEvents:
+    """The sweep's events: progress bar, each point printed (or one JSON line) and saved as it is found."""
+
+    def __init__(self, topology: Topology, collective: Collective, progress: _Progress, report_dir: str | None,
+                 as_json: bool) -> None:
+        self.topology, self.collective, self.progress = topology, collective, progress
+        self.report_dir, self.as_json = report_dir, as_json
+        self.points: list[Any] = []
+        self.tried: list[Any] = []
+        self.bounds: tuple[int, Any] = (0, 0)
+        self.start = time.perf_counter()
+
+    def __call__(self, kind: str, payload: Any) -> None:
+        if kind == "bounds":
+            self.bounds = (payload["steps"], payload["rounds_per_chunk"])
+            self.progress.start(payload["sweeps"])
+        elif kind == "attempt":
+            self.tried.append(payload)
+            self.progress.attempt(payload)
+        elif kind == "point":
+            self._point(payload)
+        elif kind == "chunks":
+            self.progress.advance()
+
+    def _point(self, point: Any) -> None:
+        from collsynth.synth.pareto import frontier_result
+        from collsynth.synth.report import write_progress
+
+        self.points.append(point)
+        if self.as_json:
+            click.echo(json.dumps({"point": {**point.to_dict(), "rounds_per_chunk": str(point.rounds_per_chunk),
+                                             "seconds": round(point.seconds, 3)}}))
+        else:
+            self.progress.echo(f"point: C={point.chunks} S={point.steps} R={point.rounds} "
+                               f"(R/C = {point.rounds_per_chunk}, {point.status})")
+        if self.report_dir is not None:
+            write_progress(frontier_result(self.topology, self.collective, self.bounds, tuple(self.points),
+                                           tuple(self.tried), "running", time.perf_counter() - self.start),
+                           self.report_dir)
+
+
+def _print_frontier(result: SynthesisResult) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    assert result.topology is not None and result.collective is not None
     name = display_name(result.collective.name)
     table = Table(title=f"{name} on {result.topology.name}: Pareto frontier", title_justify="left")
     for column in ("C", "S", "R", "R/C", "status", "solve s"):
         table.add_column(column, justify="right" if column not in ("status", "R/C") else "left")
-    for p in result.pareto:
+    for p in result.frontier:
         table.add_row(str(p.chunks), str(p.steps), str(p.rounds), str(p.rounds_per_chunk), p.status,
                       f"{p.seconds:.2f}")
     console = Console(highlight=False, soft_wrap=True)
     console.print(table)
     counts = {k: sum(1 for a in result.tried if a.result == k) for k in ("sat", "unsat", "timeout")}
-    console.print(f"lower bounds: steps >= {result.steps_lower_bound}, R/C >= {result.rounds_per_chunk_lower_bound}"
+    console.print(f"lower bounds: steps >= {result.steps_bound}, R/C >= {result.bound}"
                   f"{' (met)' if result.bound_met else ''}; {result.stopped}; {len(result.tried)} solver calls "
                   f"({counts['sat']} sat, {counts['unsat']} unsat, {counts['timeout']} timeout); "
                   f"{result.seconds:.1f} s")
@@ -245,6 +284,13 @@ class _Progress:
         if self._bar is not None:
             self._bar.update(self._task, description=f"C={attempt.chunks} S={attempt.steps} R<={attempt.rounds}: "
                                                      f"{attempt.result}")
+
+    def echo(self, line: str) -> None:
+        """A line for the user on stderr (above the bar when one is shown)."""
+        if self._bar is not None:
+            self._bar.console.print(line, highlight=False)
+        else:
+            click.echo(line, err=True)
 
     def advance(self) -> None:
         if self._bar is not None:

@@ -118,6 +118,23 @@ class Collective:
             raise CollectiveError(f"cannot re-chunk user-defined collective {self.name!r}")
         return make_collective(self.name, self.num_ranks, chunks, root=self.root, inplace=self.inplace)
 
+    def split(self, factor: int) -> Collective:
+        """Every chunk split into `factor` pieces, piece k of the chunk at index j at index j * factor + k
+        (chunk c becomes chunks c * factor .. c * factor + factor - 1): a standard collective's chunk factor
+        C becomes factor * C. The one chunk-splitting transform (synthesis and the compiler's instances)."""
+        if factor < 1:
+            raise CollectiveError(f"split factor must be >= 1, got {factor}")
+        if factor == 1:
+            return self
+        if self.name in STANDARD and self == make_collective(self.name, self.num_ranks, self.chunks, root=self.root,
+                                                             inplace=self.inplace):
+            return self.with_chunks(self.chunks * factor)
+        ins = [(c * factor + k, r, i * factor + k) for c, r, i in self.inputs for k in range(factor)]
+        outs = [(c * factor + k, r, i * factor + k) for c, r, i in self.outputs for k in range(factor)]
+        return custom_collective(self.name, self.num_ranks, ins, outs, combining=self.combining,
+                                 chunks=self.chunks * factor, input_chunks=self.input_chunks * factor,
+                                 output_chunks=self.output_chunks * factor, inplace=self.inplace)
+
     def non_combining_dual(self) -> Collective:
         """Reduce <-> Broadcast and ReduceScatter <-> AllGather: a schedule of the dual run backwards
         (every send reversed, copies turned into reductions) is a schedule of the combining one."""

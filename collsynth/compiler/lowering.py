@@ -33,8 +33,7 @@ import json
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from collsynth.collectives import Collective, custom_collective, make_collective
-from collsynth.collectives.spec import STANDARD
+from collsynth.collectives import Collective
 from collsynth.compiler.deps import Dep, Dependencies
 from collsynth.compiler.placement import Placement
 from collsynth.ir import (
@@ -120,20 +119,7 @@ class TbProgram:
 def instance_collective(collective: Collective, instances: int) -> Collective:
     """The collective at the IR's granularity: every chunk split into `instances` parts, part k of the
     chunk at index j sitting at index j * instances + k (what the runtime computes on)."""
-    if instances == 1:
-        return collective
-    name = collective.name
-    if name in STANDARD:
-        standard = make_collective(name, collective.num_ranks, collective.chunks, root=collective.root,
-                                   inplace=collective.inplace)
-        if standard == collective:
-            return collective.with_chunks(collective.chunks * instances)
-    k = instances
-    ins = [(c * k + part, r, i * k + part) for c, r, i in collective.inputs for part in range(k)]
-    outs = [(c * k + part, r, i * k + part) for c, r, i in collective.outputs for part in range(k)]
-    return custom_collective(name, collective.num_ranks, ins, outs, combining=collective.combining,
-                             chunks=collective.chunks * k, input_chunks=collective.input_chunks * k,
-                             output_chunks=collective.output_chunks * k, inplace=collective.inplace)
+    return collective.split(instances)
 
 
 def replicate_instances(dependencies: Dependencies, program: Program) -> TbProgram:

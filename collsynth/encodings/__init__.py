@@ -10,9 +10,8 @@ import importlib
 from typing import Any
 
 _LAZY = {
-    "SCCLEncoding": "sccl_z3", "AllReduceEncoding": "sccl_z3", "InstanceSolver": "sccl_z3",
-    "InstanceOutcome": "sccl_z3", "EncodingError": "sccl_z3", "instance_symmetries": "sccl_z3",
-    "reversed_topology": "sccl_z3", "SAT": "sccl_z3", "UNSAT": "sccl_z3", "TIMEOUT": "sccl_z3",
+    "SCCLEncoding": "sccl_z3", "AllReduceEncoding": "sccl_allreduce", "InstanceOutcome": "sccl_z3",
+    "EncodingError": "sccl_z3", "instance_symmetries": "sccl_z3", "reversed_topology": "sccl_z3",
     "lower_bound_steps": "bounds", "lower_bound_rounds_per_chunk": "bounds", "ImpossibleCollectiveError": "bounds",
 }
 

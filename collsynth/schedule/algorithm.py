@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from collsynth.collectives import Collective
+from collsynth.core.enums import Op
 from collsynth.core.errors import CollsynthError
 from collsynth.topologies import Topology
 
-COPY = "copy"
-REDUCE = "reduce"
+COPY = Op.COPY  # aliases: a send's op is an `Op` (equal to its wire spelling, "copy" / "reduce")
+REDUCE = Op.REDUCE
 
 
 class AlgorithmError(CollsynthError):
@@ -32,7 +33,7 @@ class Send:
     chunk: int
     src: int
     dst: int
-    op: str = COPY
+    op: Op = COPY
     start_us: float | None = None  # MILP schedules: estimated start time
     duration_us: float | None = None
 
@@ -111,7 +112,7 @@ class Algorithm:
                 if x.chunk >= collective.num_chunks or max(x.src, x.dst) >= topology.num_ranks:
                     raise AlgorithmError(f"{label}: steps[{t}].sends[{i}]: chunk {x.chunk} from {x.src} to {x.dst} "
                                          f"is outside the {collective.num_chunks} chunks / {topology.num_ranks} ranks")
-                sends.append(Send(x.chunk, x.src, x.dst, x.op, x.start_us, x.duration_us))
+                sends.append(Send(x.chunk, x.src, x.dst, Op(x.op), x.start_us, x.duration_us))
             steps.append(Step(step.rounds, tuple(sends)))
         return cls(doc.name, topology, collective, tuple(steps), dict(doc.provenance))
 

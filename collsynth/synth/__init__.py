@@ -1,7 +1,8 @@
 """Synthesis: the search drivers (the `Algorithm` schedule IR and its verifier are in `collsynth.schedule`).
 
 SMT drivers (SCCL-style, z3): `synthesize_instance`, `least_steps`, `pareto_frontier` (reports:
-`collsynth.synth.report`); they are loaded on first use, so importing this package does not import z3.
+`collsynth.synth.report`), over the `InstanceSolver` portfolio; each returns a `collsynth.schedule.SynthesisResult`.
+They are loaded on first use, so importing this package does not import z3.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ import importlib
 from typing import Any
 
 _LAZY = {
-    "synthesize_instance": "instance", "InstanceResult": "instance", "Attempt": "instance",
-    "SynthesisError": "instance", "least_steps": "least_steps", "pareto_frontier": "pareto",
-    "ParetoResult": "pareto", "ParetoPoint": "pareto", "SweepInterrupted": "pareto",
+    "synthesize_instance": "instance", "SynthesisError": "instance", "least_steps": "least_steps",
+    "pareto_frontier": "pareto", "SweepInterrupted": "pareto", "InstanceSolver": "portfolio",
+    "EncodingTooLarge": "size",
 }
 
 __all__ = sorted(_LAZY)

@@ -4,73 +4,45 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import ceil
 from typing import Any
 
 import z3
 
-from collsynth.collectives import Collective, display_name
+from collsynth.collectives import Collective
+from collsynth.core.enums import Status
 from collsynth.core.errors import CollsynthError
-from collsynth.encodings.bounds import lower_bound_rounds_per_chunk, lower_bound_steps
-from collsynth.encodings.sccl_z3 import SAT, TIMEOUT, UNSAT, InstanceOutcome, InstanceSolver, greedy_schedule
-from collsynth.schedule.algorithm import Algorithm
+from collsynth.encodings.bounds import lower_bound_steps
+from collsynth.encodings.sccl_z3 import InstanceOutcome
+from collsynth.schedule import Algorithm, Attempt, SynthesisResult, concatenate
+from collsynth.synth.portfolio import InstanceSolver
 from collsynth.synth.problem import (
     COMPOSED,
+    algorithm_name,
     allreduce_parts,
-    concatenate,
     encodable,
     schedule_to_algorithm,
+    solver_provenance,
     strategy,
 )
+from collsynth.synth.sccl_greedy import greedy_schedule
+from collsynth.synth.size import check_encodable_size, rounds_per_chunk_bound
 from collsynth.topologies import Topology
+
+SYNTHESIZER = "sccl-instance"
+
+
+@dataclass(frozen=True)
+class SolverRun:
+    """What every solver call of one synthesis run shares: the per-call time limit and the z3 context."""
+
+    time_limit: float | None
+    context: Any
 
 
 class SynthesisError(CollsynthError):
     """A synthesis request that cannot be run as given (the message says what to change)."""
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """One solver question: an algorithm with C chunks, S steps and at most `rounds` rounds?
-    result: sat (then `rounds` is what the algorithm found uses), unsat or timeout."""
-
-    chunks: int
-    steps: int
-    rounds: int
-    result: str
-    seconds: float
-    part: str | None = None  # AllReduce: which half ("reducescatter" / "allgather")
-
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"chunks": self.chunks, "steps": self.steps, "rounds": self.rounds,
-                                "result": self.result, "seconds": round(self.seconds, 3)}
-        if self.part is not None:
-            data["part"] = self.part
-        return data
-
-
-@dataclass(frozen=True)
-class InstanceResult:
-    """The answer for one instance. `status`: sat, unsat or timeout. For sat, `algorithm` is verified and
-    `rounds` is its rounds; `least` says whether fewer rounds were proved impossible for these C and S."""
-
-    status: str
-    chunks: int
-    steps: int
-    rounds: int | None
-    algorithm: Algorithm | None
-    least: bool
-    seconds: float
-    attempts: tuple[Attempt, ...]
-
-
-def solver_provenance() -> dict[str, Any]:
-    return {"synthesizer": "collsynth sccl-z3", "solver": f"z3 {z3.get_version_string()}"}
-
-
-def algorithm_name(collective: Collective, topology: Topology, chunks: int, steps: int, rounds: int) -> str:
-    return f"{display_name(collective.name)}-{topology.name}-c{chunks}-s{steps}-r{rounds}"
 
 
 def least_rounds(solver: InstanceSolver, lower: int, upper: int | None, time_limit: float | None,
@@ -92,7 +64,7 @@ def least_rounds(solver: InstanceSolver, lower: int, upper: int | None, time_lim
         return outcome
 
     first = ask(solver.max_useful_rounds if upper is None else upper)
-    if first.status != SAT:
+    if first.status != Status.SAT:
         return None, False, attempts
     best = first
     low = max(lower, solver.steps)  # every R in [low, ...] not yet refuted
@@ -100,28 +72,59 @@ def least_rounds(solver: InstanceSolver, lower: int, upper: int | None, time_lim
         high = best.rounds - 1
         probe = high if high - low < 3 else (low + high) // 2
         outcome = ask(probe)
-        if outcome.status == SAT:
+        if outcome.status == Status.SAT:
             best = outcome
-        elif outcome.status == UNSAT:
+        elif outcome.status == Status.UNSAT:
             low = probe + 1
         else:
             return best, False, attempts
     return best, True, attempts
 
 
+def rounds_lower_bound(topology: Topology, collective: Collective) -> int:
+    """Fewer rounds than this never carry the collective's C chunks (the bandwidth bound times C)."""
+    return ceil(rounds_per_chunk_bound(topology, collective) * collective.chunks)
+
+
+def instance_result(collective: Collective, steps: int, rounds: int | None, algorithm: Algorithm | None,
+                    least: bool, status: Status, attempts: list[Attempt], start: float, *,
+                    synthesizer: str = SYNTHESIZER, bound: int | None = None) -> SynthesisResult:
+    """The SynthesisResult of an instance question: OPTIMAL when the algorithm's rounds are proven least for its
+    C and S, SAT when found otherwise; the bound is the proven lower bound on the rounds."""
+    if algorithm is not None and status in (Status.SAT, Status.OPTIMAL):
+        status = Status.OPTIMAL if least else Status.SAT
+    if algorithm is not None and least:
+        bound = algorithm.rounds
+    account: dict[str, Any] = {"chunks": collective.chunks, "steps": steps, "max_rounds": rounds,
+                               "least_rounds": least, **solver_provenance()}
+    return SynthesisResult(status, (algorithm,) if algorithm is not None else (), bound, "rounds", synthesizer,
+                           time.perf_counter() - start, account, tried=tuple(attempts))
+
+
 def synthesize_instance(topology: Topology, collective: Collective, steps: int, rounds: int | None = None, *,
-                        time_limit: float | None = None) -> InstanceResult:
+                        time_limit: float | None = None, context: z3.Context | None = None) -> SynthesisResult:
     """An algorithm for `collective` (its chunk factor is C) on `topology` in exactly `steps` steps and at most
-    `rounds` rounds; without `rounds`, the fewest rounds for those C and S. Every solver call gets
-    `time_limit` seconds; a time-out is reported as status "timeout", never as unsat."""
+    `rounds` rounds; without `rounds`, the fewest rounds for those C and S (status OPTIMAL once proven). Every
+    solver call gets `time_limit` seconds; a time-out is reported as status TIMEOUT, never as unsat."""
     start = time.perf_counter()
     if steps < 1:
         raise SynthesisError(f"steps must be >= 1, got {steps}")
     if rounds is not None and rounds < 1:
         raise SynthesisError(f"rounds must be >= 1, got {rounds}")
-    lower_bound_steps(topology, collective)  # raises when the collective is impossible on the topology
+    steps_bound = lower_bound_steps(topology, collective)  # raises when the collective is impossible
+    check_encodable_size(topology, collective, steps)
+    # one z3 context for the run's solvers (or the caller's run), as one process had before: the same answers
+    run = SolverRun(time_limit, context if context is not None else z3.Context())
     if strategy(collective) == COMPOSED:
-        return _allreduce_instance(topology, collective, steps, rounds, time_limit, start)
+        result = _allreduce_instance(topology, collective, steps, rounds, run, start)
+    else:
+        result = _direct_instance(topology, collective, steps, rounds, run, start)
+    return replace(result, steps_bound=steps_bound)
+
+
+def _direct_instance(topology: Topology, collective: Collective, steps: int, rounds: int | None,
+                     run: SolverRun, start: float) -> SynthesisResult:
+    time_limit = run.time_limit
     enc_topology, enc_collective = encodable(topology, collective)
     # a quick schedule bounds the question (and answers it if the solver times out)
     greedy = greedy_schedule(enc_topology, enc_collective, steps)
@@ -131,62 +134,60 @@ def synthesize_instance(topology: Topology, collective: Collective, steps: int, 
         upper = greedy_rounds
     else:
         greedy = None
-    solver = InstanceSolver(enc_topology, enc_collective, steps, max_rounds=upper)
+    solver = InstanceSolver(enc_topology, enc_collective, steps, max_rounds=upper, context=run.context)
+    lower = rounds_lower_bound(topology, collective)
     if rounds is None:
-        lower = ceil(lower_bound_rounds_per_chunk(topology, collective) * collective.chunks)
         best, least, attempts = least_rounds(solver, lower, upper, time_limit)
     else:
         best, _, attempts = least_rounds(solver, rounds, upper, time_limit)
         least = False  # only asked for "at most `rounds`"
-    if best is None and greedy is not None and attempts[-1].result == TIMEOUT:
-        best, least = InstanceOutcome(SAT, collective.chunks, steps, greedy_rounds, greedy, 0.0), False
-    if best is None:
-        status = attempts[-1].result
-        return InstanceResult(status, collective.chunks, steps, rounds, None, False, time.perf_counter() - start,
-                              tuple(attempts))
-    assert best.schedule is not None
+    if best is None and greedy is not None and greedy_rounds is not None and attempts[-1].result == Status.TIMEOUT:
+        best, least = InstanceOutcome(Status.SAT, collective.chunks, steps, greedy_rounds, greedy, 0.0), False
+    if best is None or best.schedule is None:
+        return instance_result(collective, steps, rounds, None, False, attempts[-1].result, attempts, start,
+                               bound=max(lower, steps))
     algorithm = schedule_to_algorithm(
         algorithm_name(collective, topology, collective.chunks, steps, best.rounds), topology, collective,
         best.schedule, {**solver_provenance(), "seconds": round(sum(a.seconds for a in attempts), 3)})
-    return InstanceResult(SAT, collective.chunks, steps, best.rounds, algorithm, least, time.perf_counter() - start,
-                          tuple(attempts))
+    return instance_result(collective, steps, rounds, algorithm, least, Status.SAT, attempts, start,
+                           bound=max(lower, steps))
 
 
 def _allreduce_instance(topology: Topology, collective: Collective, steps: int, rounds: int | None,
-                        time_limit: float | None, start: float) -> InstanceResult:
+                        run: SolverRun, start: float) -> SynthesisResult:
     """AllReduce: first ReduceScatter in S1 steps then AllGather in S - S1 (every split; cheap, and a good upper
     bound), then the direct encoding for anything better: within `rounds`, or fewer rounds than the
     composition needs (its unsat answer then proves the composition's rounds least)."""
     attempts: list[Attempt] = []
-    composed = _allreduce_composition(topology, collective, steps, rounds, time_limit, attempts)
+    composed = _allreduce_composition(topology, collective, steps, rounds, run, attempts)
+    time_limit = run.time_limit
     if composed is not None and rounds is not None:
-        return InstanceResult(SAT, collective.chunks, steps, composed.rounds, composed, False,
-                              time.perf_counter() - start, tuple(attempts))
-    solver = InstanceSolver(topology, collective, steps)
-    lower = ceil(lower_bound_rounds_per_chunk(topology, collective) * collective.chunks)
+        return instance_result(collective, steps, rounds, composed, False, Status.SAT, attempts, start)
+    solver = InstanceSolver(topology, collective, steps, context=run.context)
+    lower = rounds_lower_bound(topology, collective)
     upper = rounds if composed is None else composed.rounds - 1
+    tried: list[Attempt] = []
     if upper is not None and upper < max(lower, steps):
-        found, least, tried = None, True, []
+        found, least = None, True
     else:
-        found, least, tried = least_rounds(solver, lower if rounds is None else upper, upper, time_limit, "direct")
+        ask_from = lower if upper is None or rounds is None else upper
+        found, least, tried = least_rounds(solver, ask_from, upper, time_limit, "direct")
     attempts += tried
-    seconds = time.perf_counter() - start
     if found is not None and found.schedule is not None:
         name = algorithm_name(collective, topology, collective.chunks, steps, found.rounds)
         algorithm = schedule_to_algorithm(name, topology, collective, found.schedule,
                                           {**solver_provenance(), "encoding": "allreduce-direct"})
-        return InstanceResult(SAT, collective.chunks, steps, found.rounds, algorithm, least and rounds is None,
-                              seconds, tuple(attempts))
+        return instance_result(collective, steps, rounds, algorithm, least and rounds is None, Status.SAT, attempts,
+                               start)
     if composed is not None:
-        proven = bool(tried) and tried[-1].result == UNSAT or not tried
-        return InstanceResult(SAT, collective.chunks, steps, composed.rounds, composed, proven, seconds,
-                              tuple(attempts))
-    status = UNSAT if tried and tried[-1].result == UNSAT else TIMEOUT
-    return InstanceResult(status, collective.chunks, steps, rounds, None, False, seconds, tuple(attempts))
+        proven = bool(tried) and tried[-1].result == Status.UNSAT or not tried
+        return instance_result(collective, steps, rounds, composed, proven, Status.SAT, attempts, start)
+    status = Status.UNSAT if tried and tried[-1].result == Status.UNSAT else Status.TIMEOUT
+    return instance_result(collective, steps, rounds, None, False, status, attempts, start)
 
 
 def _allreduce_composition(topology: Topology, collective: Collective, steps: int, rounds: int | None,
-                           time_limit: float | None, attempts: list[Attempt]) -> Algorithm | None:
+                           run: SolverRun, attempts: list[Attempt]) -> Algorithm | None:
     """The best ReduceScatter + AllGather algorithm in `steps` steps (within `rounds`), over every split."""
     rs, ag = allreduce_parts(collective)
     rs_low, ag_low = lower_bound_steps(topology, rs), lower_bound_steps(topology, ag)
@@ -196,9 +197,8 @@ def _allreduce_composition(topology: Topology, collective: Collective, steps: in
         for part, coll, part_steps in (("reducescatter", rs, rs_steps), ("allgather", ag, steps - rs_steps)):
             budget = None if rounds is None else rounds - (steps - part_steps)  # the other half needs >= 1 a step
             enc_topology, enc_collective = encodable(topology, coll)
-            solver = InstanceSolver(enc_topology, enc_collective, part_steps)
-            lower = ceil(lower_bound_rounds_per_chunk(topology, coll) * coll.chunks)
-            found, _, tried = least_rounds(solver, lower, budget, time_limit, part)
+            solver = InstanceSolver(enc_topology, enc_collective, part_steps, context=run.context)
+            found, _, tried = least_rounds(solver, rounds_lower_bound(topology, coll), budget, run.time_limit, part)
             attempts += tried
             if found is None or found.schedule is None:
                 break

@@ -3,20 +3,30 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
+
+import z3
 
 from collsynth.collectives import Collective
+from collsynth.core.enums import Status
 from collsynth.encodings.bounds import lower_bound_steps
-from collsynth.encodings.sccl_z3 import SAT, TIMEOUT
-from collsynth.synth.instance import Attempt, InstanceResult, SynthesisError, synthesize_instance
+from collsynth.schedule import Attempt, SynthesisResult
+from collsynth.synth.instance import SynthesisError, synthesize_instance
+from collsynth.synth.size import check_encodable_size, encoding_fits
 from collsynth.topologies import Topology
+
+SYNTHESIZER = "sccl-least-steps"
 
 
 def least_steps(topology: Topology, collective: Collective, *, rounds: int | None = None,
-                time_limit: float | None = None, max_steps: int | None = None) -> InstanceResult:
+                time_limit: float | None = None, max_steps: int | None = None,
+                deadline: float | None = None) -> SynthesisResult:
     """The algorithm with the fewest steps (and, for those steps, the fewest rounds; with `rounds`: at most
     that many). Tries S = lower bound, lower bound + 1, ... up to `max_steps` (default: lower bound + number
-    of ranks). Status "timeout" when a time-out left a smaller S undecided; the algorithm found (if any)
-    then still comes back."""
+    of ranks). `time_limit` applies to every solver call; `deadline` (a `time.perf_counter()` value) ends the
+    search as a whole. Status OPTIMAL when fewer steps are refuted and the rounds proven least for those
+    steps, SAT when found otherwise, TIMEOUT when a time-out left a smaller S undecided (the algorithm
+    found, if any, then still comes back), UNSAT when no S up to `max_steps` has one."""
     start = time.perf_counter()
     low = lower_bound_steps(topology, collective)
     high = max_steps if max_steps is not None else low + topology.num_ranks
@@ -25,13 +35,21 @@ def least_steps(topology: Topology, collective: Collective, *, rounds: int | Non
                              f"{topology.name}; raise --max-steps")
     attempts: list[Attempt] = []
     undecided = False
+    check_encodable_size(topology, collective, max(low, 1))
+    context = z3.Context()  # one for the run's solvers, as one process had before: the same answers as then
     for steps in range(max(low, 1), high + 1):
-        result = synthesize_instance(topology, collective, steps, rounds, time_limit=time_limit)
-        attempts += result.attempts
-        if result.status == SAT:
-            status = TIMEOUT if undecided else SAT
-            return InstanceResult(status, result.chunks, steps, result.rounds, result.algorithm, result.least,
-                                  time.perf_counter() - start, tuple(attempts))
-        undecided |= result.status == TIMEOUT
-    return InstanceResult(TIMEOUT if undecided else "unsat", collective.chunks, high, rounds, None, False,
-                          time.perf_counter() - start, tuple(attempts))
+        left = None if deadline is None else deadline - time.perf_counter()
+        if (left is not None and left <= 0) or not encoding_fits(topology, collective, steps):
+            undecided = True  # out of time, or more steps would not fit in memory
+            break
+        limit = left if time_limit is None else time_limit if left is None else min(time_limit, left)
+        result = synthesize_instance(topology, collective, steps, rounds, time_limit=limit, context=context)
+        attempts += result.tried
+        if result.found:
+            status = Status.TIMEOUT if undecided else result.status
+            return replace(result, status=status, synthesizer=SYNTHESIZER, seconds=time.perf_counter() - start,
+                           tried=tuple(attempts), steps_bound=low)
+        undecided |= result.status == Status.TIMEOUT
+    account = {"chunks": collective.chunks, "steps": high, "max_rounds": rounds, "least_rounds": False}
+    return SynthesisResult(Status.TIMEOUT if undecided else Status.UNSAT, (), None, "rounds", SYNTHESIZER,
+                           time.perf_counter() - start, account, tried=tuple(attempts), steps_bound=low)

@@ -1,4 +1,5 @@
-"""Worker processes for the Pareto sweep: spawn-safe top-level functions, plain data across the boundary."""
+"""Worker processes for the Pareto sweep: spawn-safe top-level functions; frozen dataclasses (which pickle as
+they are) across the boundary."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ import multiprocessing
 import signal
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collsynth.synth.sweep import ChunkFindings, ChunkTask
 
 
 def worker_init() -> None:
@@ -31,8 +35,8 @@ def stop_pool(pool: ProcessPoolExecutor) -> None:
         process.join(timeout=5)
 
 
-def explore_chunks_task(payload: dict[str, Any]) -> dict[str, Any]:
-    """Run `pareto.explore_chunks` from plain data (see `pareto._task_payload`); returns plain data."""
-    from collsynth.synth.pareto import explore_chunks_from_payload
+def explore_chunks_task(task: ChunkTask) -> ChunkFindings:
+    """`sweep.explore_chunks` in a worker (Ctrl-C is the parent's to handle)."""
+    from collsynth.synth.sweep import explore_chunks
 
-    return explore_chunks_from_payload(payload, interruptible=False)
+    return explore_chunks(task, interruptible=False)

@@ -14,9 +14,10 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from collsynth.collectives import display_name
+from collsynth.collectives import Collective, display_name
 from collsynth.core.files import atomic_path, write_atomic
-from collsynth.synth.pareto import ParetoPoint, ParetoResult
+from collsynth.schedule import FrontierPoint, SynthesisResult
+from collsynth.synth.pareto import sweep_document
 from collsynth.topologies import Topology
 
 ALGORITHMS_DIR = "algorithms"
@@ -34,32 +35,32 @@ def cost_model(topology: Topology) -> tuple[float, float]:
     return alpha, beta
 
 
-def predicted_us(point: ParetoPoint, alpha: float, beta: float, size_bytes: int) -> float:
+def predicted_us(point: FrontierPoint, alpha: float, beta: float, size_bytes: int) -> float:
     return point.steps * alpha + float(point.rounds_per_chunk) * (size_bytes / (1 << 20)) * beta
 
 
-def algorithm_file(point: ParetoPoint) -> str:
+def algorithm_file(point: FrontierPoint) -> str:
     name = point.algorithm.name if point.algorithm is not None else f"c{point.chunks}-s{point.steps}-r{point.rounds}"
     return f"{ALGORITHMS_DIR}/{re.sub(r'[^A-Za-z0-9._-]', '_', name)}.json"
 
 
-def frontier_document(result: ParetoResult) -> dict[str, Any]:
+def frontier_document(result: SynthesisResult) -> dict[str, Any]:
     """frontier.json: the `--json` document plus R/C and the algorithm file of every point."""
-    doc = result.to_dict()
-    pareto = set(result.pareto)
+    doc = sweep_document(result)
+    pareto = set(result.frontier)
     doc["frontier"] = [{**p.to_dict(), "rounds_per_chunk": str(p.rounds_per_chunk), "algorithm": algorithm_file(p)}
-                       for p in result.pareto]
+                       for p in result.frontier]
     doc["points"] = [{**p.to_dict(), "rounds_per_chunk": str(p.rounds_per_chunk), "pareto": p in pareto,
-                      "seconds": round(p.seconds, 3), "algorithm": algorithm_file(p)} for p in result.sat_points]
+                      "seconds": round(p.seconds, 3), "algorithm": algorithm_file(p)} for p in result.points]
     return doc
 
 
-def write_progress(result: ParetoResult, directory: str | os.PathLike[str]) -> list[Path]:
+def write_progress(result: SynthesisResult, directory: str | os.PathLike[str]) -> list[Path]:
     """frontier.json and any algorithm file not written yet (cheap enough to call after every point)."""
     out = Path(directory)
     (out / ALGORITHMS_DIR).mkdir(parents=True, exist_ok=True)
     written = []
-    for point in result.sat_points:
+    for point in result.points:
         path = out / algorithm_file(point)
         if point.algorithm is not None and not path.exists():
             written.append(write_atomic(path, point.algorithm.to_json()))
@@ -67,7 +68,7 @@ def write_progress(result: ParetoResult, directory: str | os.PathLike[str]) -> l
     return written
 
 
-def write_report(result: ParetoResult, directory: str | os.PathLike[str]) -> list[Path]:
+def write_report(result: SynthesisResult, directory: str | os.PathLike[str]) -> list[Path]:
     """Everything: frontier.json, algorithms/*.json, report.md and frontier.png."""
     out = Path(directory)
     written = write_progress(result, out)
@@ -81,12 +82,23 @@ def _ratio(value: Fraction) -> str:
     return str(value) if value.denominator == 1 else f"{value} ({float(value):.3f})"
 
 
-def markdown_report(result: ParetoResult) -> str:
-    name = display_name(result.collective.name)
-    topo = result.topology
+def _ratio_bound(result: SynthesisResult) -> Fraction:
+    """A sweep's rounds-per-chunk lower bound (exact)."""
+    return Fraction(result.bound if result.bound is not None else 0)
+
+
+def _problem(result: SynthesisResult) -> tuple[Topology, Collective, int]:
+    """What a sweep was asked: topology, collective (one chunk per slot), and its step lower bound."""
+    assert result.topology is not None and result.collective is not None and result.steps_bound is not None
+    return result.topology, result.collective, result.steps_bound
+
+
+def markdown_report(result: SynthesisResult) -> str:
+    topo, coll, steps_lb = _problem(result)
+    name = display_name(coll.name)
     alpha, beta = cost_model(topo)
-    pareto = result.pareto
-    root = f" (root {result.collective.root})" if result.collective.root is not None else ""
+    pareto = result.frontier
+    root = f" (root {coll.root})" if coll.root is not None else ""
     lines = [
         f"# {name}{root} on {topo.name}: latency-bandwidth frontier",
         "",
@@ -97,8 +109,8 @@ def markdown_report(result: ParetoResult) -> str:
         "",
         "## Lower bounds",
         "",
-        f"- steps >= **{result.steps_lower_bound}** (the longest shortest path some data must travel)",
-        f"- R/C >= **{_ratio(result.rounds_per_chunk_lower_bound)}** (multi-commodity flow LP over link and "
+        f"- steps >= **{steps_lb}** (the longest shortest path some data must travel)",
+        f"- R/C >= **{_ratio(_ratio_bound(result))}** (multi-commodity flow LP over link and "
         f"switch bandwidths, HiGHS)"
         + (" - met" if result.bound_met else " - not met by any point found"),
         "",
@@ -125,7 +137,7 @@ def markdown_report(result: ParetoResult) -> str:
     lines += ["", "![frontier](frontier.png)", "", "## Every point found", "",
               "The fewest rounds found for each (C, S) the sweep examined; dominated ones included.", "",
               "| C | S | R | R/C | status | Pareto | solve (s) |", "|---:|---:|---:|---|---|---|---:|"]
-    for p in sorted(result.sat_points, key=lambda p: (p.chunks, p.steps)):
+    for p in sorted(result.points, key=lambda p: (p.chunks, p.steps)):
         lines.append(f"| {p.chunks} | {p.steps} | {p.rounds} | {_ratio(p.rounds_per_chunk)} | {p.status} | "
                      f"{'yes' if p in pareto else ''} | {p.seconds:.2f} |")
     lines += ["", "## Solver calls", "",
@@ -148,29 +160,30 @@ def _size(size: int) -> str:
     return f"{size} B"
 
 
-def plot_frontier(result: ParetoResult, path: str | os.PathLike[str]) -> Path:
+def plot_frontier(result: SynthesisResult, path: str | os.PathLike[str]) -> Path:
     """Steps against rounds per chunk: every point found, the Pareto staircase, and both lower bounds."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    topo, coll, steps_lb = _problem(result)
     target = Path(path)
     fig, ax = plt.subplots(figsize=(7.5, 5.0), dpi=120)
-    pareto = result.pareto
-    others = [p for p in result.sat_points if p not in set(pareto)]
-    xs = [p.steps for p in result.sat_points] + [result.steps_lower_bound]
-    ys = [float(p.rounds_per_chunk) for p in result.sat_points] + [float(result.rounds_per_chunk_lower_bound)]
+    pareto = result.frontier
+    others = [p for p in result.points if p not in set(pareto)]
+    xs = [p.steps for p in result.points] + [steps_lb]
+    ys = [float(p.rounds_per_chunk) for p in result.points] + [float(_ratio_bound(result))]
     x_hi = max(xs) + 1
     y_hi = max(ys) * 1.15 + 0.1
-    s_lb, r_lb = result.steps_lower_bound, float(result.rounds_per_chunk_lower_bound)
+    s_lb, r_lb = steps_lb, float(_ratio_bound(result))
     x_lo = max(0, s_lb - 1) - 0.3
     # what the lower bounds rule out
     ax.fill_between([x_lo, s_lb], 0, y_hi, color="#e6e6e6", lw=0, zorder=0, label="ruled out by the bounds")
     ax.fill_between([s_lb, x_hi], 0, r_lb, color="#e6e6e6", lw=0, zorder=0)
     ax.axvline(s_lb, color="#7f7f7f", ls="--", lw=1.2, label=f"step lower bound ({s_lb})")
     ax.axhline(r_lb, color="#d62728", ls="--", lw=1.2,
-               label=f"bandwidth lower bound ({result.rounds_per_chunk_lower_bound})")
+               label=f"bandwidth lower bound ({_ratio_bound(result)})")
     if others:
         ax.scatter([p.steps for p in others], [float(p.rounds_per_chunk) for p in others], s=26, color="#a6a6a6",
                    zorder=3, label="dominated points")
@@ -196,12 +209,18 @@ def plot_frontier(result: ParetoResult, path: str | os.PathLike[str]) -> Path:
     ax.set_xticks(range(max(0, s_lb - 1), x_hi + 1))
     ax.set_xlabel("steps S (latency: S x alpha)")
     ax.set_ylabel("rounds per chunk R/C (bandwidth: R/C x size x beta)")
-    root = f", root {result.collective.root}" if result.collective.root is not None else ""
-    ax.set_title(f"{display_name(result.collective.name)}{root} on {result.topology.name}: "
+    root = f", root {coll.root}" if coll.root is not None else ""
+    ax.set_title(f"{display_name(coll.name)}{root} on {topo.name}: "
                  f"latency-bandwidth frontier", fontsize=11)
     ax.grid(True, color="#eeeeee", lw=0.8)
     ax.set_axisbelow(True)
     ax.legend(loc="upper right", fontsize=8.5, framealpha=0.9)
+    return _save_figure(fig, target)
+
+
+def _save_figure(fig: Any, target: Path) -> Path:
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     try:
         with atomic_path(target) as tmp:

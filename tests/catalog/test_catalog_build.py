@@ -74,7 +74,7 @@ def test_rerun_skips_finished_work_and_simulates_new_sizes(tmp_path: Path) -> No
 
 def test_synthesized_entry_and_failed_entry_without_xml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     algorithms = (direct_allgather(), broken_allgather())
-    monkeypatch.setattr(pipeline_module, "synthesize_in_fresh_process",
+    monkeypatch.setattr(pipeline_module, "synthesize",
                         lambda item: Synthesized(algorithms, {"solver": "none"}))
     db_path = tmp_path / "c.sqlite"
     summary = build_catalog(write_plan(tmp_path, SYNTH_PLAN), db_path)
@@ -100,7 +100,7 @@ def test_synthesis_failure_is_recorded_as_failed_item(tmp_path: Path, monkeypatc
     def fail(item):
         raise CatalogError("SMT instance C=1 S=1: unsat")
 
-    monkeypatch.setattr(pipeline_module, "synthesize_in_fresh_process", fail)
+    monkeypatch.setattr(pipeline_module, "synthesize", fail)
     db_path = tmp_path / "c.sqlite"
     summary = build_catalog(write_plan(tmp_path, SYNTH_PLAN), db_path)
     assert summary.failed_items == 1
@@ -285,7 +285,7 @@ def test_item_timeout_in_a_serial_build(tmp_path: Path, monkeypatch: pytest.Monk
         while True:  # a pure-Python hang: only the item time limit stops it
             time_module.sleep(0.01)
 
-    monkeypatch.setattr(pipeline_module, "synthesize_in_fresh_process", forever)
+    monkeypatch.setattr(pipeline_module, "synthesize", forever)
     text = SYNTH_PLAN.replace('size_factor = 4', 'size_factor = 4\n[limits]\nitem_timeout_s = 0.5')
     db_path = tmp_path / "c.sqlite"
     summary = build_catalog(write_plan(tmp_path, text), db_path)

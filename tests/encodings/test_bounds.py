@@ -7,9 +7,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from collsynth.collectives import make_collective
+from collsynth.core.enums import Status
 from collsynth.core.errors import CollsynthError
 from collsynth.encodings.bounds import ImpossibleCollectiveError, lower_bound_rounds_per_chunk, lower_bound_steps
-from collsynth.encodings.sccl_z3 import SAT, InstanceSolver
+from collsynth.synth.portfolio import InstanceSolver
 from collsynth.topologies import Link, Topology, dgx1, fully_connected, line, ring
 
 
@@ -74,7 +75,7 @@ def test_bounds_never_exceed_what_the_solver_achieves(instance):
     ratio = lower_bound_rounds_per_chunk(topology, coll)
     solver = InstanceSolver(topology, coll, steps)
     outcome = solver.solve(solver.max_useful_rounds, time_limit=30)
-    assert outcome.status == SAT  # unlimited rounds: the step bound is always achievable
+    assert outcome.status == Status.SAT  # unlimited rounds: the step bound is always achievable
     assert Fraction(outcome.rounds, coll.chunks) >= ratio
     if steps > 1:
         assert InstanceSolver(topology, coll, steps - 1).solve(10 ** 6).status == "unsat"

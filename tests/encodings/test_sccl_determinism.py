@@ -12,8 +12,12 @@ import time
 import pytest
 
 from collsynth.collectives import make_collective
-from collsynth.encodings.sccl_z3 import SAT, TIMEOUT, InstanceSolver, SCCLEncoding, resource_count
+from collsynth.core.enums import Status
+from collsynth.encodings.sccl_z3 import SCCLEncoding, resource_count
+from collsynth.synth.portfolio import InstanceSolver
 from collsynth.topologies import dgx1
+
+SAT, TIMEOUT = Status.SAT, Status.TIMEOUT
 
 # Runs one portfolio question in a fresh process (z3's answers also depend on what its process solved before)
 # with tiny slices, so that many tasks race and time out before one answers, and prints what happened.
@@ -21,19 +25,20 @@ RACE = """
 import json
 from collsynth.collectives import make_collective
 from collsynth.encodings import sccl_z3
+from collsynth.synth import portfolio
 from collsynth.topologies import dgx1
 
-sccl_z3.FIRST_SLICE_UNITS = 20_000
+portfolio.FIRST_SLICE_UNITS = 20_000
 calls = []
-solve = sccl_z3._StepEncoding.solve
+solve = sccl_z3.StepEncoding.solve
 
 def recorded(self, *args, **kwargs):
     outcome = solve(self, *args, **kwargs)
     calls.append([len(self.symmetries), kwargs.get("split"), kwargs.get("seed"), outcome.status])
     return outcome
 
-sccl_z3._StepEncoding.solve = recorded
-outcome = sccl_z3.InstanceSolver(dgx1(), make_collective("allgather", 8, 6), 3).solve(7, 120)
+sccl_z3.StepEncoding.solve = recorded
+outcome = portfolio.InstanceSolver(dgx1(), make_collective("allgather", 8, 6), 3).solve(7, 120)
 print(json.dumps({"status": outcome.status, "schedule": outcome.schedule, "calls": calls}))
 """
 
@@ -59,6 +64,30 @@ def test_same_answer_idle_and_under_load():
     assert sum(1 for call in idle["calls"] if call[3] == TIMEOUT) >= 5  # a real race between tasks
     assert loaded["calls"] == idle["calls"]
     assert loaded["schedule"] == idle["schedule"]
+
+
+def test_a_fresh_context_per_solver_gives_the_standalone_answer(monkeypatch):
+    # what this process solved before (other instances, the same one) must not change the answer: each
+    # InstanceSolver has its own z3 context, so no fresh process is needed for a reproducible answer
+    from collsynth.encodings import sccl_z3
+    from collsynth.synth import portfolio
+
+    standalone = race()
+    InstanceSolver(dgx1(), make_collective("allgather", 8, 2), 2).solve(3, 60)  # earlier work in this process
+    InstanceSolver(dgx1(), make_collective("allgather", 8, 6), 3).solve(8, 60)
+    monkeypatch.setattr(portfolio, "FIRST_SLICE_UNITS", 20_000)
+    calls = []
+    solve = sccl_z3.StepEncoding.solve
+
+    def recorded(self, *args, **kwargs):
+        outcome = solve(self, *args, **kwargs)
+        calls.append([len(self.symmetries), kwargs.get("split"), kwargs.get("seed"), outcome.status])
+        return outcome
+
+    monkeypatch.setattr(sccl_z3.StepEncoding, "solve", recorded)
+    outcome = InstanceSolver(dgx1(), make_collective("allgather", 8, 6), 3).solve(7, 120)
+    again = json.loads(json.dumps({"status": outcome.status, "schedule": outcome.schedule, "calls": calls}))
+    assert again == standalone
 
 
 def test_resource_limit_counts_from_each_call():

@@ -7,22 +7,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from collsynth.collectives import make_collective
+from collsynth.core.enums import Status
 from collsynth.encodings.sccl_z3 import (
-    SAT,
-    TIMEOUT,
-    UNSAT,
     EncodingError,
-    InstanceSolver,
     SCCLEncoding,
-    balanced_splits,
-    greedy_schedule,
     instance_symmetries,
-    orbits,
-    reversed_topology,
     tight_rounds,
 )
 from collsynth.schedule import Algorithm, Send, Step, verify
+from collsynth.synth.portfolio import InstanceSolver, balanced_splits
+from collsynth.synth.sccl_greedy import greedy_schedule
 from collsynth.topologies import Link, Switch, Topology, dgx1, fully_connected, line, ring
+from collsynth.topologies.symmetry import orbits, reversed_topology
+
+SAT, UNSAT, TIMEOUT = Status.SAT, Status.UNSAT, Status.TIMEOUT
 
 
 def as_algorithm(topology, collective, schedule):

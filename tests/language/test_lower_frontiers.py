@@ -29,7 +29,7 @@ def frontier_points():
             topology = resolve_topology(topo_name)
             result = pareto_frontier(topology, make_collective(coll_name, topology.num_ranks), max_chunks=max_chunks,
                                      time_limit=60)
-            cache[key] = [p for p in result.sat_points if p.algorithm is not None]
+            cache[key] = [p for p in result.points if p.algorithm is not None]
             assert cache[key], f"{key}: the sweep found no algorithm"
         return cache[key]
 

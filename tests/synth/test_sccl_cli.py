@@ -12,7 +12,11 @@ from collsynth.topologies import Link, Topology
 def test_pareto_json_schema(cli_runner):
     result = cli_runner.invoke(main, ["synth", "pareto", "ring:8", "AllGather", "--json"])
     assert result.exit_code == 0, result.output
-    doc = json.loads(result.stdout)
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    # JSON lines: each point as it is found, then the frontier document
+    assert [(x["point"]["chunks"], x["point"]["steps"], x["point"]["rounds"]) for x in lines[:-1]] == \
+        [(1, 4, 4), (2, 4, 7)]
+    doc = lines[-1]
     assert {"topology", "collective", "lower_bounds", "frontier", "tried"} <= set(doc)
     assert doc["topology"] == "ring:8" and doc["collective"] == "allgather"
     assert doc["lower_bounds"] == {"steps": 4, "rounds_per_chunk": "7/2"}
@@ -49,7 +53,7 @@ def test_ctrl_c_keeps_finished_points(cli_runner, tmp_path, monkeypatch):
 
     def interrupt_after_two(result, directory):  # Ctrl-C arriving after the second point is written
         written = real(result, directory)
-        calls.append(len(result.sat_points))
+        calls.append(len(result.points))
         if len(calls) == 2:
             raise KeyboardInterrupt
         return written

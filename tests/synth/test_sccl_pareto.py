@@ -5,15 +5,14 @@ from fractions import Fraction
 import pytest
 
 from collsynth.collectives import make_collective
-from collsynth.schedule import verify
+from collsynth.schedule import OPTIMAL, FrontierPoint, verify
 from collsynth.synth.pareto import (
     BOUND_MET,
     MAX_CHUNKS,
-    OPTIMAL,
-    ParetoPoint,
     SweepInterrupted,
     pareto_frontier,
     pareto_optimal,
+    sweep_document,
 )
 from collsynth.topologies import dgx1, fully_connected, ring
 
@@ -33,21 +32,21 @@ def dgx1_allgather():
 
 def test_dgx1_allgather_frontier(dgx1_allgather):
     result = dgx1_allgather
-    assert (result.steps_lower_bound, result.rounds_per_chunk_lower_bound) == (2, Fraction(7, 6))
-    assert triples(result.sat_points) == [(1, 2, 2), (2, 2, 3), (3, 3, 4), (4, 3, 5), (5, 3, 6), (6, 3, 7)]
+    assert (result.steps_bound, result.bound) == (2, Fraction(7, 6))
+    assert triples(result.points) == [(1, 2, 2), (2, 2, 3), (3, 3, 4), (4, 3, 5), (5, 3, 6), (6, 3, 7)]
     assert (3, 2, 4) in tried(result, "unsat")
-    assert triples(result.pareto) == [(2, 2, 3), (6, 3, 7)]
+    assert triples(result.frontier) == [(2, 2, 3), (6, 3, 7)]
     assert result.stopped == BOUND_MET and result.bound_met
-    assert all(p.status == OPTIMAL for p in result.sat_points)
+    assert all(p.status == OPTIMAL for p in result.points)
     assert not tried(result, "timeout")
-    for point in result.sat_points:
+    for point in result.points:
         verify(point.algorithm)
         assert (point.algorithm.chunks, point.algorithm.num_steps, point.algorithm.rounds) == \
             (point.chunks, point.steps, point.rounds)
 
 
 def test_dgx1_allgather_json_document(dgx1_allgather):
-    doc = dgx1_allgather.to_dict()
+    doc = sweep_document(dgx1_allgather)
     assert doc["topology"] == "dgx1" and doc["collective"] == "allgather"
     assert doc["lower_bounds"] == {"steps": 2, "rounds_per_chunk": "7/6"}
     assert doc["frontier"] == [{"chunks": 2, "steps": 2, "rounds": 3, "status": "optimal"},
@@ -59,68 +58,68 @@ def test_dgx1_allgather_json_document(dgx1_allgather):
 
 def test_dgx1_reducescatter_frontier_is_allgathers_reversed():
     result = pareto_frontier(dgx1(), make_collective("reducescatter", 8), time_limit=120)
-    assert triples(result.sat_points) == [(1, 2, 2), (2, 2, 3), (3, 3, 4), (4, 3, 5), (5, 3, 6), (6, 3, 7)]
-    assert triples(result.pareto) == [(2, 2, 3), (6, 3, 7)]
-    for point in result.pareto:
+    assert triples(result.points) == [(1, 2, 2), (2, 2, 3), (3, 3, 4), (4, 3, 5), (5, 3, 6), (6, 3, 7)]
+    assert triples(result.frontier) == [(2, 2, 3), (6, 3, 7)]
+    for point in result.frontier:
         verify(point.algorithm)
         assert {s.op for _, s in point.algorithm.sends()} == {"reduce"}
 
 
 def test_ring8_allgather_frontier():
     result = pareto_frontier(ring(8), make_collective("allgather", 8), time_limit=120)
-    assert triples(result.sat_points) == [(1, 4, 4), (2, 4, 7)]
-    assert triples(result.pareto) == [(2, 4, 7)]
-    assert result.rounds_per_chunk_lower_bound == Fraction(7, 2)
+    assert triples(result.points) == [(1, 4, 4), (2, 4, 7)]
+    assert triples(result.frontier) == [(2, 4, 7)]
+    assert result.bound == Fraction(7, 2)
 
 
 def test_dgx1_gather_frontier():
     # SCCL reports (4,2,5) and (6,3,7); (6,2,7) exists too (it verifies) and dominates both.
     result = pareto_frontier(dgx1(), make_collective("gather", 8, root=0), time_limit=120)
-    assert (4, 2, 5) in triples(result.sat_points)
-    assert triples(result.pareto) == [(6, 2, 7)]
-    best = result.pareto[0]
+    assert (4, 2, 5) in triples(result.points)
+    assert triples(result.frontier) == [(6, 2, 7)]
+    best = result.frontier[0]
     verify(best.algorithm)
-    assert best.dominates(ParetoPoint(6, 3, 7, OPTIMAL)) and best.dominates(ParetoPoint(4, 2, 5, OPTIMAL))
+    assert best.dominates(FrontierPoint(6, 3, 7, OPTIMAL)) and best.dominates(FrontierPoint(4, 2, 5, OPTIMAL))
     # with an odd-numbered root the other class of DGX-1 ranks gives SCCL's shape
     odd = pareto_frontier(dgx1(), make_collective("gather", 8, root=1), time_limit=120)
-    assert triples(odd.pareto) == [(2, 2, 3), (6, 3, 7)]
+    assert triples(odd.frontier) == [(2, 2, 3), (6, 3, 7)]
 
 
 def test_dgx1_scatter_terminates_at_the_bound():
     result = pareto_frontier(dgx1(), make_collective("scatter", 8), time_limit=120)
-    assert result.rounds_per_chunk_lower_bound == Fraction(7, 6)
+    assert result.bound == Fraction(7, 6)
     assert result.stopped == BOUND_MET
-    assert result.pareto[-1].rounds_per_chunk == Fraction(7, 6)
+    assert result.frontier[-1].rounds_per_chunk == Fraction(7, 6)
 
 
 def test_dgx1_alltoall_terminates_at_the_bound():
     result = pareto_frontier(dgx1(), make_collective("alltoall", 8), time_limit=120)
     assert result.stopped == BOUND_MET
-    assert triples(result.pareto)[-1] == (3, 2, 8)
+    assert triples(result.frontier)[-1] == (3, 2, 8)
 
 
 def test_fully_connected_alltoall():
     result = pareto_frontier(fully_connected(8), make_collective("alltoall", 8), time_limit=120)
-    assert triples(result.pareto) == [(1, 1, 1)] and result.stopped == BOUND_MET
+    assert triples(result.frontier) == [(1, 1, 1)] and result.stopped == BOUND_MET
 
 
 def test_dgx1_broadcast_tries_unreduced_fractions():
     # 1/6 (six disjoint trees) is approached but never reached in finitely many chunks: ends at max_chunks
     result = pareto_frontier(dgx1(), make_collective("broadcast", 8), max_chunks=7, time_limit=120)
-    assert (6, 3, 3) in triples(result.sat_points)  # 3/6 = 1/2 at 3 steps, though 1/2 at 1 step is impossible
+    assert (6, 3, 3) in triples(result.points)  # 3/6 = 1/2 at 3 steps, though 1/2 at 1 step is impossible
     assert result.stopped == MAX_CHUNKS and not result.bound_met
-    assert triples(result.pareto) == [(2, 2, 2), (7, 3, 3)]
+    assert triples(result.frontier) == [(2, 2, 2), (7, 3, 3)]
 
 
 @pytest.mark.slow
 def test_dgx1_allreduce_composes_and_meets_the_bound():
     result = pareto_frontier(dgx1(), make_collective("allreduce", 8), time_limit=60)
-    assert result.rounds_per_chunk_lower_bound == Fraction(7, 3)
+    assert result.bound == Fraction(7, 3)
     assert result.bound_met
-    frontier = triples(result.pareto)
+    frontier = triples(result.frontier)
     assert (6, 6, 14) in frontier  # ReduceScatter (6,3,7) + AllGather (6,3,7)
     assert (1, 3, 4) in frontier  # the direct encoding: 3 steps, which the composition (>= 4) cannot do
-    for point in result.pareto:
+    for point in result.frontier:
         verify(point.algorithm)
     assert {a.part for a in result.tried} <= {"allgather", "direct"}
 
@@ -128,26 +127,26 @@ def test_dgx1_allreduce_composes_and_meets_the_bound():
 def test_ring4_allreduce_direct_meets_the_bound():
     result = pareto_frontier(ring(4), make_collective("allreduce", 4), time_limit=60)
     # composition: ReduceScatter (2,2,3) + AllGather (2,2,3) = (2,4,6); the direct encoding does better
-    assert (2, 4, 6) in triples(result.sat_points)
-    assert triples(result.pareto) == [(1, 2, 4), (1, 3, 3)]
+    assert (2, 4, 6) in triples(result.points)
+    assert triples(result.frontier) == [(1, 2, 4), (1, 3, 3)]
     assert result.stopped == BOUND_MET
-    for point in result.sat_points:
+    for point in result.points:
         verify(point.algorithm)
 
 
 def test_reduce_is_broadcast_reversed():
     result = pareto_frontier(ring(4), make_collective("reduce", 4, root=1), time_limit=60)
     broadcast = pareto_frontier(ring(4), make_collective("broadcast", 4, root=1), time_limit=60)
-    assert triples(result.pareto) == triples(broadcast.pareto)
-    for point in result.pareto:
+    assert triples(result.frontier) == triples(broadcast.frontier)
+    for point in result.frontier:
         verify(point.algorithm)
         assert point.algorithm.collective.root == 1
 
 
 def test_parallel_sweep_gives_the_same_frontier():
     result = pareto_frontier(ring(8), make_collective("allgather", 8), jobs=2, time_limit=120)
-    assert triples(result.pareto) == [(2, 4, 7)]
-    for point in result.pareto:
+    assert triples(result.frontier) == [(2, 4, 7)]
+    for point in result.frontier:
         verify(point.algorithm)
 
 
@@ -156,8 +155,8 @@ def test_timeouts_are_recorded_as_timeouts():
     assert tried(result, "timeout")
     assert not tried(result, "unsat")
     # the quick shortest-path schedule stands in, marked feasible (not proven least)
-    assert result.sat_points and all(p.status == "feasible" for p in result.sat_points)
-    for point in result.sat_points:
+    assert result.points and all(p.status == "feasible" for p in result.points)
+    for point in result.points:
         verify(point.algorithm)
 
 
@@ -173,13 +172,13 @@ def test_ctrl_c_keeps_the_finished_points():
     with pytest.raises(SweepInterrupted) as info:
         pareto_frontier(dgx1(), make_collective("allgather", 8), on_event=stop_after_two_points)
     partial = info.value.result
-    assert triples(partial.sat_points) == [(1, 2, 2), (2, 2, 3)]
+    assert triples(partial.points) == [(1, 2, 2), (2, 2, 3)]
     assert partial.stopped == "interrupted"
 
 
 def test_pareto_optimal_keeps_the_fewest_chunks_among_equals():
-    points = [ParetoPoint(2, 2, 3, OPTIMAL), ParetoPoint(4, 2, 6, OPTIMAL), ParetoPoint(1, 3, 3, OPTIMAL),
-              ParetoPoint(3, 3, 4, OPTIMAL)]
+    points = [FrontierPoint(2, 2, 3, OPTIMAL), FrontierPoint(4, 2, 6, OPTIMAL), FrontierPoint(1, 3, 3, OPTIMAL),
+              FrontierPoint(3, 3, 4, OPTIMAL)]
     assert triples(pareto_optimal(points)) == [(2, 2, 3), (3, 3, 4)]
 
 
@@ -202,4 +201,4 @@ def test_larger_frontiers(topology, collective, pareto):
 
     topo = resolve_topology(topology)
     result = pareto_frontier(topo, make_collective(collective, topo.num_ranks), time_limit=120)
-    assert triples(result.pareto) == pareto and result.stopped == BOUND_MET
+    assert triples(result.frontier) == pareto and result.stopped == BOUND_MET

@@ -1,0 +1,130 @@
+"""Symmetry of a topology (DESIGN.md, `topologies/`: automorphisms, orbits) and its reversal.
+
+An automorphism is a rank permutation that keeps every link's bandwidth and every switch. An *instance*
+symmetry also carries the data: each chunk, identified by where it starts and where it must end (its pre
+and post rank sets), maps to a chunk with the images of those sets. Solvers use instance symmetries to
+look for schedules that are invariant under them (one variable per orbit)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any, TypeVar
+
+import networkx as nx
+from networkx.algorithms.isomorphism import DiGraphMatcher
+from networkx.utils import UnionFind
+
+from collsynth.topologies.model import Link, Switch, Topology
+
+# At most this many non-identity automorphisms are collected (fully connected graphs have n! of them).
+MAX_AUTOMORPHISMS = 8
+
+Symmetry = tuple[tuple[int, ...], tuple[int, ...]]  # (rank map, chunk map)
+ChunkSignature = tuple[frozenset[int], frozenset[int]]  # (pre, post) of one chunk
+Item = TypeVar("Item", bound=Hashable)
+
+
+def reversed_topology(topology: Topology) -> Topology:
+    """Every link u->v becomes v->u (same costs); switches cover the reversed links. Used for the duals
+    of Reduce / ReduceScatter and by the bandwidth bound."""
+    links = tuple(Link(x.dst, x.src, x.bandwidth, x.alpha_us, x.beta_us_per_mb, x.kind) for x in topology.links)
+    switches = tuple(Switch(s.name, frozenset((b, a) for a, b in s.links), s.bandwidth, s.beta_us_per_mb)
+                     for s in topology.switches)
+    return Topology(f"reversed({topology.name})", topology.num_ranks, links, switches, topology.nodes,
+                    topology.nics, description=topology.description)
+
+
+def same_links(a: Topology, b: Topology) -> bool:
+    """The same links (with bandwidths) and switches, whatever the names and costs."""
+    def shape(t: Topology) -> tuple[list[Any], list[Any]]:
+        return (sorted((x.src, x.dst, x.bandwidth) for x in t.links),
+                sorted((tuple(sorted(s.links)), s.bandwidth) for s in t.switches))
+    return shape(a) == shape(b)
+
+
+def is_automorphism(topology: Topology, ranks: Sequence[int]) -> bool:
+    """`ranks` (rank r -> ranks[r]) keeps every link's bandwidth and maps every switch onto a switch."""
+    for link in topology.links:
+        if topology.bandwidth(ranks[link.src], ranks[link.dst]) != link.bandwidth:
+            return False
+    switches = {(s.links, s.bandwidth) for s in topology.switches}
+    return all((frozenset((ranks[a], ranks[b]) for a, b in links), bw) in switches for links, bw in switches)
+
+
+def candidate_automorphisms(topology: Topology, limit: int) -> list[tuple[int, ...]]:
+    """Rank maps worth checking: every rotation first (preferred: a cyclic symmetry), then up to 20 * limit
+    isomorphisms from the graph matcher (which could enumerate n! of them)."""
+    n = topology.num_ranks
+    graph = nx.DiGraph()
+    graph.add_nodes_from(range(n))
+    for link in topology.links:
+        graph.add_edge(link.src, link.dst, bandwidth=link.bandwidth)
+    candidates = [tuple((r + k) % n for r in range(n)) for k in range(1, n)]
+    matcher = DiGraphMatcher(graph, graph, edge_match=lambda a, b: a["bandwidth"] == b["bandwidth"])
+    for examined, mapping in enumerate(matcher.isomorphisms_iter()):
+        if examined > 20 * limit:
+            break
+        candidates.append(tuple(mapping[r] for r in range(n)))
+    return candidates
+
+
+def instance_symmetries(topology: Topology, chunks: Sequence[ChunkSignature],
+                        limit: int = MAX_AUTOMORPHISMS) -> list[Symmetry]:
+    """Non-identity symmetries of an instance as (rank map, chunk map): automorphisms of the topology with
+    the chunk permutation carrying each chunk's (pre, post) sets to their images. At most `limit`; a
+    rotation is preferred when the graph has one."""
+    by_signature: dict[ChunkSignature, list[int]] = defaultdict(list)
+    for c, signature in enumerate(chunks):
+        by_signature[signature].append(c)
+    identity = tuple(range(topology.num_ranks))
+    found: list[Symmetry] = []
+    seen: set[tuple[int, ...]] = set()
+    for ranks in candidate_automorphisms(topology, limit):
+        if ranks == identity or ranks in seen or not is_automorphism(topology, ranks):
+            continue
+        chunk_map = _chunk_permutation(len(chunks), ranks, by_signature)
+        if chunk_map is not None:
+            seen.add(ranks)
+            found.append((ranks, chunk_map))
+            if len(found) >= limit:
+                break
+    return found
+
+
+def _chunk_permutation(num_chunks: int, ranks: Sequence[int],
+                       by_signature: dict[ChunkSignature, list[int]]) -> tuple[int, ...] | None:
+    chunk_map = [0] * num_chunks
+    for (pre, post), members in by_signature.items():
+        image = by_signature.get((frozenset(ranks[r] for r in pre), frozenset(ranks[r] for r in post)))
+        if image is None or len(image) != len(members):
+            return None
+        for a, b in zip(members, image, strict=True):
+            chunk_map[a] = b
+    return tuple(chunk_map)
+
+
+def is_single_cycle(ranks: Sequence[int]) -> bool:
+    """The permutation is one cycle through every rank (a rotation of some ring)."""
+    seen, r = 0, 0
+    while True:
+        r = ranks[r]
+        seen += 1
+        if r == 0:
+            return seen == len(ranks)
+
+
+def orbits(items: Iterable[Item], moves: Sequence[Callable[[Item], Item]]) -> dict[Item, Item]:
+    """Item -> the smallest item of its orbit under the group generated by `moves` (which map items to items)."""
+    listed = list(items)
+    sets = UnionFind(listed)
+    for move in moves:
+        for x in listed:
+            a, b = sets[x], sets[move(x)]
+            if a != b:  # union() would find the roots again, and most pairs are joined already
+                sets.union(a, b)
+    smallest: dict[Item, Item] = {}
+    for group in sets.to_sets():
+        low = min(group)  # type: ignore[type-var]
+        smallest.update((x, low) for x in group)
+    return {x: smallest[x] for x in listed}
