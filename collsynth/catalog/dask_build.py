@@ -16,16 +16,18 @@ scheduler, a scheduler without workers, workers without collsynth (or with anoth
 
 from __future__ import annotations
 
-import importlib.metadata
+import contextlib
 import logging
+import pkgutil
 import re
 import time
 import uuid
-from queue import Empty, SimpleQueue
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from queue import Empty, SimpleQueue
 from typing import Any
 
+import collsynth
 from collsynth.catalog.errors import CatalogError
 from collsynth.catalog.plan import WorkItem
 from collsynth.catalog.results import ItemResult
@@ -71,13 +73,15 @@ class DaskRunner:
     """A catalog `Runner` (see build.py) on a Dask cluster; a context manager that connects (starting a
     LocalCluster for local:N), checks the workers, and closes what it opened."""
 
-    def __init__(self, spec: ClusterSpec, *, connect_timeout_s: float = CONNECT_TIMEOUT_S,
-                 workers_timeout_s: float = WORKERS_TIMEOUT_S) -> None:
+    def __init__(self, spec: ClusterSpec, *, connect_timeout_s: float | None = None,
+                 workers_timeout_s: float | None = None) -> None:
         self.spec = spec
-        self.connect_timeout_s = connect_timeout_s
-        self.workers_timeout_s = workers_timeout_s
+        self.connect_timeout_s = CONNECT_TIMEOUT_S if connect_timeout_s is None else connect_timeout_s
+        self.workers_timeout_s = WORKERS_TIMEOUT_S if workers_timeout_s is None else workers_timeout_s
         self.client: Any = None
         self.cluster: Any = None
+        self._no_workers_since: float | None = None
+        self._log_level: int | None = None
 
     def __enter__(self) -> DaskRunner:
         try:
@@ -85,6 +89,8 @@ class DaskRunner:
             import distributed
         except ImportError:
             raise ClusterError("--cluster needs Dask: pip install 'collsynth[dask]'") from None
+        self._log_level = logging.getLogger("distributed").level
+        logging.getLogger("distributed").setLevel(logging.CRITICAL)  # our one-line errors say what went wrong
         try:
             with dask.config.set({"distributed.scheduler.allowed-failures": MAX_WORKER_DEATHS - 1,
                                   "distributed.admin.tick.limit": "1h"}):
@@ -115,9 +121,10 @@ class DaskRunner:
         except (TimeoutError, OSError):
             raise ClusterError(f"the Dask scheduler at {self.spec} has no workers after {self.workers_timeout_s:g} s; "
                                f"start some with `dask worker {self.spec}`") from None
-        ours = importlib.metadata.version("collsynth")
-        try:
-            versions = self.client.run(importlib.metadata.version, "collsynth", on_error="return")
+        ours = collsynth.__version__
+        try:  # imports this module's worker half there, by name (a function of ours could not even be sent)
+            versions = self.client.run(pkgutil.resolve_name, "collsynth.catalog.dask_item:COLLSYNTH_VERSION",
+                                       on_error="return")
         except (OSError, TimeoutError) as exc:
             raise ClusterError(f"lost the Dask scheduler at {self.spec} while checking its workers "
                                f"({_one_line(exc)})") from None
@@ -132,11 +139,12 @@ class DaskRunner:
     def __exit__(self, *exc: object) -> None:
         for closable in (self.client, self.cluster):
             if closable is not None:
-                try:
+                with contextlib.suppress(OSError, TimeoutError, RuntimeError):  # a lost scheduler: already gone
                     closable.close()
-                except (OSError, TimeoutError, RuntimeError):
-                    pass  # already gone (a lost scheduler): nothing left to close
         self.client = self.cluster = None
+        if self._log_level is not None:
+            logging.getLogger("distributed").setLevel(self._log_level)
+            self._log_level = None
 
     def threads(self) -> int:
         """Worker threads the scheduler knows now (at least 1)."""
@@ -192,12 +200,22 @@ class DaskRunner:
                                                "memory? killed?); run it again with --retry-failed")
         except Exception as exc:
             if future.status == "cancelled" or self.client.status != "running":
-                raise self._lost(exc) from None
+                raise self._lost(None) from None
             return ItemResult(item.key, False, f"Dask worker failed: {type(exc).__name__}: {_one_line(exc)}")
 
     def _check_connection(self) -> None:
+        """Raise ClusterError when the scheduler is gone or has had no worker for `workers_timeout_s`."""
         if self.client.status != "running":
             raise self._lost(None)
+        if self.client.scheduler_info().get("workers"):
+            self._no_workers_since = None
+            return
+        now = time.monotonic()
+        if self._no_workers_since is None:
+            self._no_workers_since = now
+        elif now - self._no_workers_since > self.workers_timeout_s:
+            raise ClusterError(f"the Dask scheduler at {self.spec} has had no workers for {self.workers_timeout_s:g} "
+                               "s; the finished items are recorded: start workers and run the same command again")
 
     def _lost(self, exc: BaseException | None) -> ClusterError:
         why = f" ({_one_line(exc)})" if exc is not None and str(exc) else ""
@@ -206,22 +224,11 @@ class DaskRunner:
 
     def _cancel(self, futures: list[Any]) -> None:
         if futures and self.client is not None and self.client.status == "running":
-            try:
+            with contextlib.suppress(OSError, TimeoutError, RuntimeError):
                 self.client.cancel(futures)
-            except (OSError, TimeoutError, RuntimeError):
-                pass
 
 
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text[:300]
 
-
-def wait_until(condition: Callable[[], bool], timeout_s: float, poll_s: float = 0.05) -> bool:
-    """Poll `condition` until it holds or `timeout_s` passes (tests and the benchmark use it)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(poll_s)
-    return condition()

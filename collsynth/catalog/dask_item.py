@@ -10,6 +10,7 @@ parent-death signal), so a worker killed with SIGKILL leaves nothing running.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import signal
@@ -18,9 +19,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+import collsynth
 from collsynth.catalog.plan import WorkItem
 from collsynth.catalog.results import ItemResult
 
+COLLSYNTH_VERSION = collsynth.__version__  # what the coordinator asks a worker for before it sends items
 _STDERR_TAIL = 600  # characters of a crashed item process's stderr kept in the failure message
 
 
@@ -55,10 +58,8 @@ def run_item_isolated(item: WorkItem, timeout_s: float) -> ItemResult:
 
 def _kill_session(process: subprocess.Popen[bytes]) -> None:
     """SIGKILL the item process and everything it started (its own session)."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     process.wait(timeout=30)
 
 
