@@ -87,14 +87,19 @@ def build_catalog(plan: Plan, db_path: str | os.PathLike[str], *, jobs: int = 1,
     options: dict[str, Any] = {"jobs": jobs, "retry_failed": retry_failed, "on_event": on_event,
                                "stale_after_s": stale_after_s, "item_timeout_s": plan.item_timeout_s,
                                "wait_for_others": wait_for_others}
-    if cluster is None:
-        with Catalog(db_path, create=True) as catalog:
-            return run_items(catalog, items, **options)
-    from collsynth.catalog.dask_build import DaskRunner, parse_cluster
+    previous_sigterm = _raise_interrupt_on_sigterm()  # from here on SIGTERM is Ctrl-C: finished work is kept
+    try:
+        if cluster is None:
+            with Catalog(db_path, create=True) as catalog:
+                return run_items(catalog, items, **options)
+        from collsynth.catalog.dask_build import DaskRunner, parse_cluster
 
-    Catalog.check_creatable(db_path)
-    with DaskRunner(parse_cluster(cluster)) as runner, Catalog(db_path, create=True) as catalog:
-        return run_items(catalog, items, runner=runner, **options)
+        Catalog.check_creatable(db_path)
+        with DaskRunner(parse_cluster(cluster)) as runner, Catalog(db_path, create=True) as catalog:
+            return run_items(catalog, items, runner=runner, **options)
+    finally:
+        if previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, previous_sigterm)
 
 
 def run_items(catalog: Catalog, items: Sequence[WorkItem], *, jobs: int = 1, retry_failed: bool = False,
