@@ -58,7 +58,7 @@ def timed(label: str, rows: list[tuple[str, str, str]], fn: Callable[[], object]
 def dask_plan() -> str:
     """A library plan of >= 200 items (rings, fully connected, meshes, the DGX/NDv2 built-ins)."""
     collectives = '["allgather", "reducescatter", "allreduce", "alltoall"]'
-    names = ([f"ring:{n}" for n in range(3, 25)] + [f"fully_connected:{n}" for n in range(3, 13)]
+    names = ([f"ring:{n}" for n in range(3, 27)] + [f"fully_connected:{n}" for n in range(3, 13)]
              + [f"mesh2d:{a}x{b}" for a, b in ((2, 2), (2, 3), (2, 4), (3, 3), (3, 4), (4, 4))]
              + ["dgx1", "ndv2", "dgx2", "2xndv2"])
     targets = "".join(f'[[targets]]\ntopology = "{name}"\ncollectives = {collectives}\n' for name in names)
