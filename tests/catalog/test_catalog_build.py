@@ -4,13 +4,14 @@ parallel workers and several builders on one database."""
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from catalog_helpers import LIBRARY_PLAN, broken_allgather, direct_allgather, write_plan
+from catalog_helpers import LIBRARY_PLAN, assert_no_processes_left, broken_allgather, direct_allgather, write_plan
 
 from collsynth.catalog import Catalog, build_catalog, expand_plan, xml_relpath
 from collsynth.catalog import pipeline as pipeline_module
@@ -309,6 +310,7 @@ def test_item_timeout_in_a_parallel_build_restarts_the_pool(tmp_path: Path) -> N
         assert "2xndv2" in failed.label and "timed out" in failed.message
         assert catalog.claims() == []
     assert multiprocessing.active_children() == []
+    assert_no_processes_left(os.environ["PYTEST_CURRENT_TEST"])  # the timed-out solver's process too
 
 
 def test_a_killed_worker_is_survived(tmp_path: Path) -> None:

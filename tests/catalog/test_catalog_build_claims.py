@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from catalog_helpers import write_plan
+from catalog_helpers import assert_no_processes_left, write_plan
 from click.testing import CliRunner
 
 from collsynth.catalog import Catalog, build_catalog, expand_plan
@@ -126,19 +126,6 @@ library = false
 """
 
 
-def processes_with(marker: str) -> list[int]:
-    """Processes whose environment holds `marker` (the build and everything it started)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker.encode() in (entry / "environ").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                pass
-    return found
-
-
 def finished_items(db_path: Path) -> int:
     try:
         with sqlite3.connect(db_path) as conn:
@@ -178,6 +165,6 @@ def test_signals_keep_finished_work_and_leave_nothing_behind(tmp_path: Path, sig
     assert build.returncode == 130, stderr
     assert stderr.strip().splitlines()[-1:] == ["interrupted"], stderr
     assert "Traceback" not in stderr and "leaked" not in stderr
-    wait_until(lambda: not processes_with(marker), 15, "the build's processes to end")
+    assert_no_processes_left(marker)
     with Catalog(db_path) as catalog:
         assert len(catalog.finished_keys()) >= done_before and catalog.claims() == []
