@@ -53,7 +53,9 @@ def processes_with(marker: str) -> list[int]:
         if entry.name.isdigit() and int(entry.name) != os.getpid():
             try:
                 if marker.encode() in (entry / "environ").read_bytes():
-                    found.append(int(entry.name))
+                    command = (entry / "cmdline").read_bytes()
+                    if b"resource_tracker" not in command:  # multiprocessing's per-process singleton
+                        found.append(int(entry.name))
             except OSError:
                 pass
     return found
@@ -64,4 +66,12 @@ def assert_no_processes_left(marker: str, timeout_s: float = 15.0) -> None:
     deadline = time.monotonic() + timeout_s
     while processes_with(marker) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert processes_with(marker) == [], "processes left behind"
+    left = {pid: _command(pid) for pid in processes_with(marker)}
+    assert left == {}, f"processes left behind: {left}"
+
+
+def _command(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+    except OSError:
+        return "?"

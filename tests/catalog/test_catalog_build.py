@@ -4,7 +4,6 @@ parallel workers and several builders on one database."""
 from __future__ import annotations
 
 import hashlib
-import os
 import sqlite3
 import subprocess
 import sys
@@ -297,9 +296,12 @@ def test_item_timeout_in_a_serial_build(tmp_path: Path, monkeypatch: pytest.Monk
         assert "timed out after 0.5 s" in failed.message
 
 
-def test_item_timeout_in_a_parallel_build_restarts_the_pool(tmp_path: Path) -> None:
+def test_item_timeout_in_a_parallel_build_restarts_the_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import multiprocessing
+    import uuid
 
+    marker = f"COLLSYNTH_TEST_{uuid.uuid4().hex}"
+    monkeypatch.setenv(marker, "1")  # inherited by every process the build starts
     db_path = tmp_path / "c.sqlite"
     plan = write_plan(tmp_path, SLOW_PLAN)
     summary = build_catalog(plan, db_path, jobs=2)
@@ -310,7 +312,7 @@ def test_item_timeout_in_a_parallel_build_restarts_the_pool(tmp_path: Path) -> N
         assert "2xndv2" in failed.label and "timed out" in failed.message
         assert catalog.claims() == []
     assert multiprocessing.active_children() == []
-    assert_no_processes_left(os.environ["PYTEST_CURRENT_TEST"])  # the timed-out solver's process too
+    assert_no_processes_left(marker)  # the timed-out solver's process too
 
 
 def test_a_killed_worker_is_survived(tmp_path: Path) -> None:
