@@ -2,10 +2,15 @@
 
 - Resumable: items already in the database (by key) are skipped; entries of finished items that lack a
   size of the plan's grid are simulated again from their stored XML (cheap) instead of redoing the item.
-- Parallel: `jobs` > 1 runs items in a ProcessPoolExecutor (spawned workers); the parent alone writes the
-  database, one short transaction per finished item.
+- Parallel: `jobs` > 1 runs items in a ProcessPoolExecutor (spawned workers); `cluster` runs them on a Dask
+  cluster (collsynth.catalog.dask_build). Either way the parent alone writes the database, one short
+  transaction per finished item.
 - Several builders on one database: before an item runs, the builder claims it in the `claims` table; an
-  item claimed by another live builder is left to it (a claim older than `stale_after_s` is taken over).
+  item claimed by another live builder is left to it while that builder lives. A builder refreshes its claims
+  (a heartbeat) every quarter of the lease `stale_after_s`; a claim whose heartbeat is older than the lease, or
+  whose builder ran on this host and is gone, is taken over at once. At the end a builder waits for the items
+  other builders still hold (taking over any whose builder dies); with `wait_for_others=False` it returns and
+  the summary counts them (`catalog build` then exits 1).
 - Ctrl-C (or SIGTERM): workers ignore SIGINT, the parent stops submitting, terminates its workers and
   releases its claims; every item finished before that stays recorded. Then KeyboardInterrupt propagates.
   Workers also get SIGTERM if the builder dies (Linux parent-death signal).
@@ -17,10 +22,9 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
+import sqlite3
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -28,14 +32,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from collsynth.catalog.db import Catalog
+from collsynth.catalog.db import Catalog, builder_owner
 from collsynth.catalog.isolate import new_pool, stop_pool
 from collsynth.catalog.plan import DEFAULT_ITEM_TIMEOUT_S, Plan, WorkItem, expand_plan
 from collsynth.catalog.results import ItemResult
 from collsynth.catalog.store import load_xml_text
 from collsynth.core.errors import CollsynthError
 
-DEFAULT_STALE_AFTER_S = 6 * 3600.0
+DEFAULT_STALE_AFTER_S = 60.0  # the claim lease: a builder's heartbeat comes every quarter of it
+WAIT_POLL_S = 0.5  # how often a builder that waits for other builders' items looks again
+
+# run(pending, claim, record, timeout_s): runs the items it can claim and records each result
+Runner = Callable[[Sequence[WorkItem], Callable[[WorkItem], bool], Callable[[WorkItem, "ItemResult"], None], float],
+                  None]
 
 
 @dataclass(frozen=True)
@@ -68,19 +77,35 @@ class BuildSummary:
                 f"{self.seconds:.1f} s")
 
 
-def build_catalog(plan: Plan, db_path: str | os.PathLike[str], *, jobs: int = 1, retry_failed: bool = False,
-                  on_event: Callable[[BuildEvent], None] | None = None,
-                  stale_after_s: float = DEFAULT_STALE_AFTER_S) -> BuildSummary:
-    """Run every work item of `plan` that the database does not have yet and record the results."""
+def build_catalog(plan: Plan, db_path: str | os.PathLike[str], *, jobs: int = 1, cluster: str | None = None,
+                  retry_failed: bool = False, on_event: Callable[[BuildEvent], None] | None = None,
+                  stale_after_s: float = DEFAULT_STALE_AFTER_S, wait_for_others: bool = True) -> BuildSummary:
+    """Run every work item of `plan` that the database does not have yet and record the results. `cluster`
+    ('tcp://HOST:PORT' or 'local:N') runs the items on Dask; it is reached and checked before the database
+    is created or changed."""
     items = expand_plan(plan)
-    with Catalog(db_path, create=True) as catalog:
-        return run_items(catalog, items, jobs=jobs, retry_failed=retry_failed, on_event=on_event,
-                         stale_after_s=stale_after_s, item_timeout_s=plan.item_timeout_s)
+    options: dict[str, Any] = {"jobs": jobs, "retry_failed": retry_failed, "on_event": on_event,
+                               "stale_after_s": stale_after_s, "item_timeout_s": plan.item_timeout_s,
+                               "wait_for_others": wait_for_others}
+    previous_sigterm = _raise_interrupt_on_sigterm()  # from here on SIGTERM is Ctrl-C: finished work is kept
+    try:
+        if cluster is None:
+            with Catalog(db_path, create=True) as catalog:
+                return run_items(catalog, items, **options)
+        from collsynth.catalog.dask_build import DaskRunner, parse_cluster
+
+        Catalog.check_creatable(db_path)
+        with DaskRunner(parse_cluster(cluster)) as runner, Catalog(db_path, create=True) as catalog:
+            return run_items(catalog, items, runner=runner, **options)
+    finally:
+        if previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, previous_sigterm)
 
 
 def run_items(catalog: Catalog, items: Sequence[WorkItem], *, jobs: int = 1, retry_failed: bool = False,
               on_event: Callable[[BuildEvent], None] | None = None, stale_after_s: float = DEFAULT_STALE_AFTER_S,
-              item_timeout_s: float = DEFAULT_ITEM_TIMEOUT_S) -> BuildSummary:
+              item_timeout_s: float = DEFAULT_ITEM_TIMEOUT_S, runner: Runner | None = None,
+              wait_for_others: bool = True) -> BuildSummary:
     """The build loop on an open catalog (build_catalog's body; the regression suite reuses it)."""
     timeout_s = item_timeout_s
     if jobs < 1:
@@ -94,15 +119,18 @@ def run_items(catalog: Catalog, items: Sequence[WorkItem], *, jobs: int = 1, ret
     for item in items:
         if item.key in finished:
             emit(BuildEvent("skip", item, "done earlier"))
-    owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    counts = {"ran": 0, "claimed": 0, "failed_items": 0, "ok": 0, "failed": 0}
+    owner = builder_owner()
+    counts = {"ran": 0, "failed_items": 0, "ok": 0, "failed": 0}
+    elsewhere: dict[str, WorkItem] = {}  # items another builder held when this one wanted them
 
     def claim(item: WorkItem) -> bool:
         if catalog.claim(item.key, owner, stale_after_s=stale_after_s):
+            elsewhere.pop(item.key, None)
             emit(BuildEvent("start", item))
             return True
-        counts["claimed"] += 1
-        emit(BuildEvent("claimed", item, "another builder is working on it"))
+        if item.key not in elsewhere:
+            emit(BuildEvent("claimed", item, "another builder is working on it"))
+        elsewhere[item.key] = item
         return False
 
     def record(item: WorkItem, result: ItemResult) -> None:
@@ -113,12 +141,25 @@ def run_items(catalog: Catalog, items: Sequence[WorkItem], *, jobs: int = 1, ret
         counts["failed"] += sum(not entry.passed for entry in result.entries)
         emit(BuildEvent("done", item, result.message, result))
 
+    run = runner or (_run_serial if jobs == 1 or len(pending) <= 1
+                     else lambda todo, *rest: _run_parallel(todo, jobs, *rest))
     previous_sigterm = _raise_interrupt_on_sigterm()
     try:
-        if jobs == 1 or len(pending) <= 1:
-            _run_serial(pending, claim, record, timeout_s)
-        else:
-            _run_parallel(pending, jobs, claim, record, timeout_s)
+        with _heartbeat(catalog, owner, stale_after_s):
+            run(pending, claim, record, timeout_s)
+            while elsewhere:
+                # drop what the other builders finished; run what a dead builder left; wait for the rest
+                done = catalog.finished_keys()
+                for key in [key for key in elsewhere if key in done]:
+                    del elsewhere[key]
+                held = catalog.live_claims(elsewhere, owner, stale_after_s=stale_after_s)
+                free = [item for key, item in elsewhere.items() if key not in held]
+                if free:
+                    run(free, claim, record, timeout_s)
+                elif not wait_for_others:
+                    break
+                elif elsewhere:
+                    time.sleep(WAIT_POLL_S)
     except BaseException:
         catalog.release_all(owner)  # Ctrl-C, SIGTERM or a crash: what is not recorded goes back to the pool
         raise
@@ -126,17 +167,40 @@ def run_items(catalog: Catalog, items: Sequence[WorkItem], *, jobs: int = 1, ret
         if previous_sigterm is not None:
             signal.signal(signal.SIGTERM, previous_sigterm)
     resimulated = resimulate_missing(catalog, items, emit)
-    return BuildSummary(items=len(items), skipped=len(items) - len(pending), claimed_elsewhere=counts["claimed"],
+    return BuildSummary(items=len(items), skipped=len(items) - len(pending), claimed_elsewhere=len(elsewhere),
                         ran=counts["ran"], failed_items=counts["failed_items"], entries_ok=counts["ok"],
                         entries_failed=counts["failed"], resimulated=resimulated,
                         seconds=time.perf_counter() - started)
+
+
+@contextmanager
+def _heartbeat(catalog: Catalog, owner: str, lease_s: float) -> Iterator[None]:
+    """Refresh `owner`'s claims from a thread (its own connection) every quarter lease while the body runs."""
+    stop = threading.Event()
+    interval = min(max(lease_s / 4, 0.05), 15.0)
+
+    def beat() -> None:
+        try:
+            with Catalog(catalog.path) as own:
+                while not stop.wait(interval):
+                    own.heartbeat(owner)
+        except (CollsynthError, sqlite3.Error):
+            pass  # the database went away or stays locked: the claims go stale and other builders take over
+
+    thread = threading.Thread(target=beat, name="collsynth-claims-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=10)
 
 
 class ItemTimeout(BaseException):
     """A work item ran past its time limit (a BaseException so the pipeline's error capture lets it through)."""
 
 
-def _timed_out(item: WorkItem, timeout_s: float) -> ItemResult:
+def timed_out(item: WorkItem, timeout_s: float) -> ItemResult:
     return ItemResult(item.key, False, f"timed out after {timeout_s:g} s (raise limits.item_timeout_s in the plan, "
                                        "or lower the synthesizer's limits)")
 
@@ -197,7 +261,7 @@ def _run_serial(pending: Iterable[WorkItem], claim: Callable[[WorkItem], bool],
             with _alarm(timeout_s):
                 result = run_item(item)
         except ItemTimeout:
-            result = _timed_out(item, timeout_s)
+            result = timed_out(item, timeout_s)
         record(item, result)
 
 
@@ -270,7 +334,7 @@ def _run_parallel(pending: Sequence[WorkItem], jobs: int, claim: Callable[[WorkI
             if expired or broken or submit_failed:
                 for future in expired:
                     item, _ = running.pop(future)
-                    record(item, _timed_out(item, timeout_s))
+                    record(item, timed_out(item, timeout_s))
                 executor = restart_pool()
     except BaseException:
         stop_pool(executor)

@@ -5,7 +5,8 @@ Tables:
   topologies(fingerprint, name, data)   every topology an entry was built for (JSON), so export and
                                         `best` can re-simulate without the original name or file
   items(key, ...)                       finished work items: status done|failed, message, provenance
-  claims(key, owner, claimed_at)        items a builder is working on right now (several builders)
+  claims(key, owner, claimed_at)        items a builder is working on right now (several builders);
+                                        claimed_at is the owner's last heartbeat
   entries(id, ...)                      one algorithm x compile variant: provenance, compile options,
                                         XML hash, verification result; status ok|failed
   times(entry_id, dtype, requested_bytes, ...)   predicted time per size (nccl-tests columns)
@@ -18,8 +19,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sqlite3
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -118,14 +121,10 @@ class Catalog:
 
     def __init__(self, path: str | os.PathLike[str], *, create: bool = False) -> None:
         self.path = Path(path)
-        if not self.path.exists():
-            if not create:
-                raise CatalogError(f"no catalog at {self.path}; build one with `collsynth catalog build PLAN --db "
-                                   f"{self.path}`")
-            if not self.path.parent.is_dir():
-                raise CatalogError(f"cannot create {self.path}: directory {self.path.parent} does not exist")
-        elif self.path.is_dir():
-            raise CatalogError(f"{self.path} is a directory; give the catalog's .sqlite file")
+        if not self.path.exists() and not create:
+            raise CatalogError(f"no catalog at {self.path}; build one with `collsynth catalog build PLAN --db "
+                               f"{self.path}`")
+        self.check_creatable(self.path)
         try:
             self._conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
             self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
@@ -139,6 +138,15 @@ class Catalog:
         except sqlite3.DatabaseError as exc:
             raise CatalogError(f"{self.path}: not a usable catalog database ({exc}); give a .sqlite file written "
                                "by `collsynth catalog build`") from None
+
+    @staticmethod
+    def check_creatable(path: str | os.PathLike[str]) -> None:
+        """Raise CatalogError when `path` can be neither opened nor created as a catalog (touches nothing)."""
+        path = Path(path)
+        if path.is_dir():
+            raise CatalogError(f"{path} is a directory; give the catalog's .sqlite file")
+        if not path.exists() and not path.parent.is_dir():
+            raise CatalogError(f"cannot create {path}: directory {path.parent} does not exist")
 
     @property
     def root(self) -> Path:
@@ -189,17 +197,31 @@ class Catalog:
         return {row[0] for row in rows}
 
     def claim(self, key: str, owner: str, *, stale_after_s: float) -> bool:
-        """Take `key` for `owner` unless another builder holds a fresh claim or the item is finished."""
+        """Take `key` for `owner` unless another live builder holds it or the item is finished. A claim is
+        live while its owner's heartbeat (`claimed_at`, refreshed by `heartbeat`) is younger than
+        `stale_after_s` and, for an owner on this host, its process still exists."""
         now = time.time()
         with self._write() as conn:
             if conn.execute("SELECT 1 FROM items WHERE key = ? AND status = 'done' AND key NOT IN "
                             "(SELECT item_key FROM entries WHERE status = 'failed')", (key,)).fetchone():
                 return False
             row = conn.execute("SELECT owner, claimed_at FROM claims WHERE key = ?", (key,)).fetchone()
-            if row is not None and row[0] != owner and now - row[1] < stale_after_s:
+            if row is not None and row[0] != owner and claim_is_live(row[0], row[1], now, stale_after_s):
                 return False
             conn.execute("INSERT OR REPLACE INTO claims (key, owner, claimed_at) VALUES (?, ?, ?)", (key, owner, now))
             return True
+
+    def heartbeat(self, owner: str) -> None:
+        """Refresh every claim `owner` holds (a live builder calls this well within the lease)."""
+        with self._write() as conn:
+            conn.execute("UPDATE claims SET claimed_at = ? WHERE owner = ?", (time.time(), owner))
+
+    def live_claims(self, keys: Iterable[str], owner: str, *, stale_after_s: float) -> set[str]:
+        """Those of `keys` that another live builder holds."""
+        wanted = set(keys)
+        now = time.time()
+        return {key for key, holder, at in self.claims()
+                if key in wanted and holder != owner and claim_is_live(holder, at, now, stale_after_s)}
 
     def release_all(self, owner: str) -> None:
         """Drop every claim `owner` still holds (a builder that stops early)."""
@@ -336,6 +358,28 @@ class Catalog:
 
     def claims(self) -> list[tuple[str, str, float]]:
         return [tuple(row) for row in self._conn.execute("SELECT key, owner, claimed_at FROM claims")]  # type: ignore[misc]
+
+
+def builder_owner() -> str:
+    """A builder's name in the claims table: host, pid and a random tag (`claim_is_live` reads the first two)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def claim_is_live(owner: str, claimed_at: float, now: float, stale_after_s: float) -> bool:
+    """A claim counts while its heartbeat is fresh and, when its builder ran on this host, that process exists."""
+    if now - claimed_at >= stale_after_s:
+        return False
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return True
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return False  # its builder is gone (killed, crashed): the item is free at once
+    except OSError:
+        return True  # exists, owned by another user
+    return True
 
 
 _ENTRY_COLUMNS = ("id, item_key, name, topology, fingerprint, collective, ranks, source, chunks, steps, rounds, "

@@ -28,10 +28,18 @@ def catalog() -> None:
               help="work items run in parallel processes")
 @click.option("--retry-failed", is_flag=True, help="run again items that failed or have failed entries")
 @click.option("--dry-run", is_flag=True, help="list the work items and whether they are done, run nothing")
-def build(plan_path: Path, db_path: Path, jobs: int, retry_failed: bool, dry_run: bool) -> None:
+@click.option("--cluster", metavar="tcp://HOST:PORT|local:N", default=None,
+              help="run the items on Dask: a running `dask scheduler`, or a LocalCluster of N processes "
+                   "(pip install 'collsynth[dask]'); --jobs is then ignored")
+@click.option("--no-wait", is_flag=True, help="leave items other live builders hold to them (exit 1 if any) "
+                                              "instead of waiting for them")
+def build(plan_path: Path, db_path: Path, jobs: int, retry_failed: bool, dry_run: bool, cluster: str | None,
+          no_wait: bool) -> None:
     """Run PLAN (TOML): synthesize -> lower -> compile -> verify -> simulate every entry into the catalog.
 
-    Re-running skips finished items; Ctrl-C keeps what finished; several builders may share one --db."""
+    Re-running skips finished items; Ctrl-C keeps what finished; several builders may share one --db.
+    Exit status: 0 done; 1 items left to other builders (--no-wait); 2 bad input, an unusable cluster or a
+    lost Dask scheduler (finished items stay recorded: run again to resume); 130 interrupted."""
     from collsynth.catalog import Catalog, build_catalog, expand_plan, load_plan
 
     plan = load_plan(plan_path)
@@ -47,8 +55,13 @@ def build(plan_path: Path, db_path: Path, jobs: int, retry_failed: bool, dry_run
         click.echo(f"{len(items)} items, {sum(item.key in done for item in items)} done", err=True)
         return
     with _progress() as progress:
-        summary = build_catalog(plan, db_path, jobs=jobs, retry_failed=retry_failed, on_event=progress)
+        summary = build_catalog(plan, db_path, jobs=jobs, cluster=cluster, retry_failed=retry_failed,
+                                on_event=progress, wait_for_others=not no_wait)
     click.echo(str(summary))
+    if summary.claimed_elsewhere:
+        click.echo(f"incomplete: {summary.claimed_elsewhere} items are left to other builders still working on "
+                   "them; run the build again when they finish", err=True)
+        sys.exit(1)
 
 
 class _progress:

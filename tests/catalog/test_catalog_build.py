@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from catalog_helpers import LIBRARY_PLAN, broken_allgather, direct_allgather, write_plan
+from catalog_helpers import LIBRARY_PLAN, assert_no_processes_left, broken_allgather, direct_allgather, write_plan
 
 from collsynth.catalog import Catalog, build_catalog, expand_plan, xml_relpath
 from collsynth.catalog import pipeline as pipeline_module
@@ -130,7 +130,7 @@ def test_items_claimed_by_another_builder_are_left_to_it(tmp_path: Path) -> None
     first = expand_plan(plan)[0]
     with Catalog(db_path, create=True) as catalog:
         assert catalog.claim(first.key, "other-builder", stale_after_s=60)
-    summary = build_catalog(plan, db_path)
+    summary = build_catalog(plan, db_path, wait_for_others=False)
     assert summary.claimed_elsewhere == 1 and summary.ran == summary.items - 1
     with Catalog(db_path) as catalog:
         assert first.key not in catalog.finished_keys()
@@ -258,10 +258,11 @@ library = false
     assert entry.provenance["solver"] == "highs"
 
 
+# the limit counts from submission, so it must cover a worker's start-up on a loaded machine (~seconds)
 SLOW_PLAN = """
 sizes = "1KB"
 [limits]
-item_timeout_s = 3
+item_timeout_s = 10
 [[synthesizers]]
 name = "slow"
 kind = "pareto"
@@ -295,9 +296,12 @@ def test_item_timeout_in_a_serial_build(tmp_path: Path, monkeypatch: pytest.Monk
         assert "timed out after 0.5 s" in failed.message
 
 
-def test_item_timeout_in_a_parallel_build_restarts_the_pool(tmp_path: Path) -> None:
+def test_item_timeout_in_a_parallel_build_restarts_the_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import multiprocessing
+    import uuid
 
+    marker = f"COLLSYNTH_TEST_{uuid.uuid4().hex}"
+    monkeypatch.setenv(marker, "1")  # inherited by every process the build starts
     db_path = tmp_path / "c.sqlite"
     plan = write_plan(tmp_path, SLOW_PLAN)
     summary = build_catalog(plan, db_path, jobs=2)
@@ -308,6 +312,7 @@ def test_item_timeout_in_a_parallel_build_restarts_the_pool(tmp_path: Path) -> N
         assert "2xndv2" in failed.label and "timed out" in failed.message
         assert catalog.claims() == []
     assert multiprocessing.active_children() == []
+    assert_no_processes_left(marker)  # the timed-out solver's process too
 
 
 def test_a_killed_worker_is_survived(tmp_path: Path) -> None:
