@@ -28,7 +28,7 @@ def compile_program(program: Program, **options: Any) -> Algo:
     program = with_options(program, **options)
     opts = program.options
     with _collector_paused():
-        dag = order_messages(trace_to_dag(program))
+        dag = trace_to_dag(program) if opts.program_message_order else order_messages(trace_to_dag(program))
         if opts.aggregate:
             dag = aggregate_contiguous(dag, contiguous_io=program.instances == 1 or not opts.interleaved_replication)
         if opts.instr_fusion:
