@@ -7,6 +7,7 @@ import sys
 import click
 
 from collsynth.cli import algorithms, catalog, compile, export, lower, milp, regress, run, sim, synth, topo
+from collsynth.cli import synth_scale
 from collsynth.core.errors import CollsynthError
 
 
@@ -32,7 +33,7 @@ def main() -> None:
 
 # Each command module exposes `COMMANDS` (added to the top level) and/or `SYNTH_COMMANDS` (added to the
 # `synth` group), so that every stage's commands live beside each other and this list is the only registry.
-_MODULES = (topo, synth, milp, lower, compile, algorithms, run, sim, export, catalog, regress)
+_MODULES = (topo, synth, milp, lower, compile, algorithms, run, sim, export, catalog, regress, synth_scale)
 
 for _module in _MODULES:
     for _command in getattr(_module, "COMMANDS", ()):

@@ -15,15 +15,15 @@ time, one round each) that passes `verify()`; its makespan is the synthesizer's 
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 import numpy as np
 
 from collsynth.collectives import Collective, make_collective
 from collsynth.core.enums import Status
+from collsynth.encodings.cut_bounds import reversed_topology
 from collsynth.schedule import COPY, REDUCE, Algorithm, Send, Step, SynthesisResult, verify
 from collsynth.synth.cluster.timexp import MIB, GreedyError, Transfers, run_greedy
-from collsynth.topologies import Switch, Topology
+from collsynth.topologies import Topology
 
 SUPPORTED = ("allgather", "broadcast", "gather", "scatter", "alltoall", "reducescatter", "reduce", "allreduce")
 
@@ -31,14 +31,6 @@ SUPPORTED = ("allgather", "broadcast", "gather", "scatter", "alltoall", "reduces
 def chunk_megabytes(collective: Collective, size_bytes: int) -> float:
     """MiB of one chunk when the larger per-rank buffer (nccl-tests' size) is `size_bytes`."""
     return size_bytes / max(collective.input_chunks, collective.output_chunks) / MIB
-
-
-def reversed_topology(topology: Topology) -> Topology:
-    """Every link (and switch budget) turned around; costs kept."""
-    links = tuple(replace(x, src=x.dst, dst=x.src) for x in topology.links)
-    switches = tuple(Switch(s.name, frozenset((b, a) for a, b in s.links), s.bandwidth, s.beta_us_per_mb)
-                     for s in topology.switches)
-    return replace(topology, name=f"{topology.name}(reversed)", links=links, switches=switches)
 
 
 def _steps(transfers: Transfers, op: str, offset_us: float = 0.0) -> tuple[Step, ...]:

@@ -73,8 +73,9 @@ def link_arrays(topology: Topology, chunk_mb: float) -> _Links:
     for i, m in enumerate(members):
         padded[i, :len(m)] = m
     alpha = np.array([x.alpha_us for x in ordered], dtype=float)
-    return _Links(np.array([x.src for x in ordered], dtype=np.int64), np.array([x.dst for x in ordered], dtype=np.int64),
-                  alpha + chunk_mb * beta, padded, np.array([s.bandwidth for s in topology.switches] or [0]))
+    ends = np.array([(x.src, x.dst) for x in ordered], dtype=np.int64).reshape(-1, 2)
+    lanes = np.array([s.bandwidth for s in topology.switches] or [0])
+    return _Links(ends[:, 0], ends[:, 1], alpha + chunk_mb * beta, padded, lanes)
 
 
 def _routing(topology: Topology, collective: Collective) -> np.ndarray | None:
