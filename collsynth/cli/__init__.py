@@ -6,8 +6,7 @@ import sys
 
 import click
 
-from collsynth.cli import algorithms, catalog, compile, export, lower, milp, regress, run, sim, synth, topo
-from collsynth.cli import synth_scale
+from collsynth.cli import algorithms, catalog, compile, export, lower, milp, regress, run, sim, synth, synth_scale, topo
 from collsynth.core.errors import CollsynthError
 
 

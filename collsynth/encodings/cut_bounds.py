@@ -67,13 +67,15 @@ class _Cuts:
     def ingress(self) -> CutBound:
         """All single-rank cuts at once (the same formula, vectorised over ranks)."""
         need = (self.post & ~self.pre).sum(axis=0)
-        free = np.bincount(self.dst[self.group < 0], weights=self.rate[self.group < 0], minlength=self.n)
-        rate = free.copy()
-        for g, cap in enumerate(self.group_cap):
-            members = self.group == g
-            if members.any():
-                per_rank = np.bincount(self.dst[members], weights=self.rate[members], minlength=self.n)
-                rate += np.minimum(per_rank, cap)
+        alone = self.group < 0
+        rate = np.bincount(self.dst[alone], weights=self.rate[alone], minlength=self.n).astype(float)
+        shared = ~alone
+        if shared.any():  # per (switch, rank): min(switch lanes / beta, its links' rates into the rank)
+            key = self.group[shared] * self.n + self.dst[shared]
+            pairs, where = np.unique(key, return_inverse=True)
+            summed = np.bincount(where, weights=self.rate[shared])
+            capped = np.minimum(summed, self.group_cap[pairs // self.n])
+            rate += np.bincount(pairs % self.n, weights=capped, minlength=self.n)
         with np.errstate(divide="ignore"):
             times = np.where(need > 0, self.alpha + need * self.chunk_mb / rate, 0.0)
         rank = int(times.argmax())
