@@ -16,6 +16,7 @@ its switches; a link carries one transfer at a time and a switch with b lanes b 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +26,7 @@ from collsynth.core.errors import CollsynthError
 from collsynth.topologies import Topology
 
 MIB = 1024 * 1024
+Routes = Mapping[tuple[int, int], Sequence[int]]
 # Largest (ranks x chunks) state the engine keeps (two bool and one int32 matrix of this many cells).
 MAX_CELLS = 1 << 26
 
@@ -92,7 +94,8 @@ def _routing(topology: Topology, collective: Collective) -> np.ndarray | None:
 class _State:
     """Holdings, receptions in flight and the event queue of one run."""
 
-    def __init__(self, topology: Topology, collective: Collective, links: _Links, seed: int) -> None:
+    def __init__(self, topology: Topology, collective: Collective, links: _Links, seed: int,
+                 routes: Routes | None = None) -> None:
         n, k = collective.num_ranks, collective.num_chunks
         self.links = links
         self.have = np.zeros((n, k), dtype=bool)
@@ -112,7 +115,9 @@ class _State:
         self.dest = _routing(topology, collective)
         self.dist = np.array(topology.distances, dtype=float) if self.dest is not None else None
         self.delivered = np.zeros(k, dtype=bool)
+        self._sel = np.zeros(0, dtype=np.int64)
         self.rows: list[tuple[np.ndarray, np.ndarray, float]] = []  # (links, chunks, start)
+        self.allowed = None if routes is None else _allowed(links, routes, k)
 
     def land(self, now: float) -> None:
         """Apply every arrival due by `now`."""
@@ -132,6 +137,8 @@ class _State:
     def useful(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         # candidate(l, c) = have[u, c] & !have[v, c] & !inflight[v, c] & useful(l, c)
         cand = self.have[src] & ~self.have[dst] & ~self.inflight[dst]
+        if self.allowed is not None:
+            return cand & self.allowed[self._sel]
         if self.dest is not None and self.dist is not None:
             closer = self.dist[dst][:, self.dest] < self.dist[src][:, self.dest]
             cand &= closer & ~self.delivered[None, :]
@@ -160,6 +167,7 @@ class _State:
         for g in range(int(group.max()) + 1):
             sel = free[group == g]
             src, dst = self.links.src[sel], self.links.dst[sel]
+            self._sel = sel
             cand = self.useful(src, dst)
             if not cand.any():
                 continue
@@ -193,14 +201,24 @@ class _State:
         return len(links)
 
 
-def run_greedy(topology: Topology, collective: Collective, chunk_mb: float, *, seed: int = 0) -> Transfers:
-    """Match chunks to links over time until the postcondition holds; the transfers, by start time."""
+def _allowed(links: _Links, routes: Routes, num_chunks: int) -> np.ndarray:
+    index = {(int(s), int(d)): i for i, (s, d) in enumerate(zip(links.src, links.dst, strict=True))}
+    allowed = np.zeros((len(links.src), num_chunks), dtype=bool)
+    for link, chunks in routes.items():
+        allowed[index[link], list(chunks)] = True
+    return allowed
+
+
+def run_greedy(topology: Topology, collective: Collective, chunk_mb: float, *, seed: int = 0,
+               routes: Routes | None = None) -> Transfers:
+    """Match chunks to links over time until the postcondition holds; the transfers, by start time.
+    `routes` (link -> chunks it may carry) confines every chunk to its links, e.g. a tree's edges."""
     cells = collective.num_ranks * collective.num_chunks
     if cells > MAX_CELLS:
         raise GreedyError(f"greedy: {collective.num_ranks} ranks x {collective.num_chunks} chunks is too large "
                           f"(limit {MAX_CELLS} cells); use fewer chunks or a hierarchical composition")
     links = link_arrays(topology, chunk_mb)
-    state = _State(topology, collective, links, seed)
+    state = _State(topology, collective, links, seed, routes)
     now = 0.0
     while True:
         state.land(now)
