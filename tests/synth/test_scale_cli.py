@@ -35,3 +35,14 @@ def test_bad_input_is_one_line_exit_2() -> None:
         result = CliRunner().invoke(main, args)
         assert result.exit_code == 2, (args, result.output)
         assert result.output.strip().startswith("error:") and "\n" not in result.output.strip()
+
+
+def test_trees_command_certifies_on_a_torus() -> None:
+    result = CliRunner().invoke(main, ["synth", "trees", "torus:4x4", "allgather", "--size", "16M"])
+    assert result.exit_code == 0, result.output
+    assert "certified optimal" in result.output
+
+
+def test_trees_refuses_alltoall() -> None:
+    result = CliRunner().invoke(main, ["synth", "trees", "torus:3x3", "alltoall"])
+    assert result.exit_code == 2 and "supported" in result.output
