@@ -100,8 +100,9 @@ def main() -> None:
     for kind, topology, collective, target, big in ROWS:
         if big and quick:
             continue
-        chakra = topology == "torus:32x32"
-        out = subprocess.run([sys.executable, __file__, "--row", kind, topology, collective, "1" if chakra else "0"],
+        with_chakra = topology == "torus:32x32"
+        out = subprocess.run([sys.executable, __file__, "--row", kind, topology, collective,
+                              "1" if with_chakra else "0"],
                              capture_output=True, text=True, check=False)
         if out.returncode:
             table.add_row(kind, topology, collective, "failed", "", "", "", "", "", "", "",
@@ -111,7 +112,7 @@ def main() -> None:
         table.add_row(kind, topology, collective, f"{r['synth_s']:.2f}", f"{r['peak_mb']:.0f}",
                       f"{r['bound_us']:.0f} us ({r['bound_kind']})", f"{r['sim_us'] / r['bound_us']:.3f}",
                       "-" if r["certified"] is None else str(r["certified"]), f"{r['lower+compile_s']:.1f}",
-                      f"{r['sim_s']:.1f}", f"{r.get('chakra_s', 0):.1f}" if chakra else "", target)
+                      f"{r['sim_s']:.1f}", f"{r.get('chakra_s', 0):.1f}" if with_chakra else "", target)
     Console(width=200).print(table)
 
 

@@ -106,10 +106,8 @@ def _ordered_tree(dims: Sequence[int], order: Sequence[tuple[int, int]]) -> Tree
 
 
 def _symmetric_packing(kind: str, dims: tuple[int, ...], n: int) -> Packing:
-    if kind == "hypercube":
-        sizes, signs = (2,) * dims[0], (1,)
-    else:
-        sizes, signs = dims, (1, -1)
+    sizes: tuple[int, ...] = (2,) * dims[0] if kind == "hypercube" else dims
+    signs: tuple[int, ...] = (1,) if kind == "hypercube" else (1, -1)
     d = len(sizes)
     base = [_ordered_tree(sizes, [((s + j) % d, sign) for j in range(d)]) for sign in signs for s in range(d)]
     trees: dict[int, list[tuple[float, Tree]]] = {}
