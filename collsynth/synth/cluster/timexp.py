@@ -162,7 +162,7 @@ class _State:
         starts = np.flatnonzero(np.r_[True, dst_all[1:] != dst_all[:-1]])
         group = np.arange(len(free)) - np.repeat(starts, np.diff(np.r_[starts, len(free)]))
         n, k = self.have.shape
-        rarity = (n - self.have.sum(axis=0)).astype(np.int64) * k
+        rarity = ((n - self.have.sum(axis=0)) * k).astype(np.int32)  # n*k <= MAX_CELLS fits
         begun = 0
         for g in range(int(group.max()) + 1):
             sel = free[group == g]
