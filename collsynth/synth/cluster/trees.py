@@ -11,8 +11,9 @@ Packings:
   each starting dimension, the dimension-ordered tree that walks the first dimension from the root, then
   the next from every node reached, ...; generator (dim j, sign s) is used sum_p (k-1) k^p = n-1 times over
   the trees of sign s, so every link carries (n-1)/degree: the ingress bound on a cube-shaped torus.
-- any other topology: multiplicative weights. Each root gets `MWU_TREES` shortest-path arborescences
-  (Dijkstra) under link prices exp(load / cap); the rate is reported against the bound.
+- any other topology: multiplicative weights. Each root gets `MWU_TREES` minimum spanning arborescences
+  (networkx's Edmonds, integer prices exp(ETA * load / cap)); the rate is reported against the bound
+  (mesh2d:8x8 meets it). Edmonds in networkx is slow: about 0.1-0.3 s per arborescence at 64 ranks.
 The schedule is made by the time-expanded matching confined to each chunk's tree (`timexp` routes).
 ReduceScatter runs AllGather's trees reversed; AllReduce is ReduceScatter then AllGather.
 """
@@ -37,6 +38,8 @@ from collsynth.topologies import Topology
 
 SUPPORTED = ("allgather", "broadcast", "reducescatter", "allreduce")
 MWU_TREES = 4  # arborescences per root for the generic packing
+ETA = 16.0  # price growth of the multiplicative weights
+PRICE_SCALE = 1_000_000
 Tree = dict[int, int]  # child -> parent
 
 
@@ -123,23 +126,32 @@ def _symmetric_packing(kind: str, dims: tuple[int, ...], n: int) -> Packing:
     return Packing(trees, f"translation-invariant dimension-ordered trees ({len(base)} per root)")
 
 
+def _priced_graph(topology: Topology, root: int, load: dict[tuple[int, int], float], target: float) -> nx.DiGraph:
+    # price(l) = exp(ETA * load(l) / (target * rate(l))), as integers (Edmonds is exact on integer weights)
+    g = nx.DiGraph()
+    for x in topology.links:
+        if x.dst != root:
+            usage = load[(x.src, x.dst)] * x.beta_us_per_mb / target
+            g.add_edge(x.src, x.dst, weight=int(PRICE_SCALE * math.exp(min(30.0, ETA * usage))))
+    return g
+
+
 def _mwu_packing(topology: Topology) -> Packing:
-    rate = {(x.src, x.dst): 1.0 / x.beta_us_per_mb for x in topology.links}
     load: dict[tuple[int, int], float] = defaultdict(float)
     trees: dict[int, list[tuple[float, Tree]]] = {r: [] for r in range(topology.num_ranks)}
-    scale = topology.num_ranks / max(1, min(len(x) for x in topology.in_neighbors))
+    target = (topology.num_ranks - 1) * max(x.beta_us_per_mb for x in topology.links)
     for _ in range(MWU_TREES):
         for root in range(topology.num_ranks):
-            g = nx.DiGraph()
-            for (s, d), r in rate.items():
-                if d != root:
-                    g.add_edge(s, d, weight=math.exp(min(50.0, 4.0 * load[(s, d)] / r / scale)) / r)
-            paths = nx.single_source_dijkstra_path(g, root)
-            tree = {d: path[-2] for d, path in paths.items() if d != root}
+            g = _priced_graph(topology, root, load, target)
+            try:  # the cheapest spanning arborescence into every rank from root (Edmonds)
+                tree = {d: s for s, d in nx.minimum_spanning_arborescence(g, preserve_attrs=False).edges()}
+            except nx.NetworkXException:  # networkx occasionally fails on ties: shortest paths instead
+                paths = nx.single_source_dijkstra_path(g, root)
+                tree = {d: path[-2] for d, path in paths.items() if d != root}
             trees[root].append((1.0 / MWU_TREES, tree))
             for child, parent in tree.items():
                 load[(parent, child)] += 1.0 / MWU_TREES
-    return Packing(trees, f"multiplicative-weights shortest-path arborescences ({MWU_TREES} per root)")
+    return Packing(trees, f"multiplicative-weights minimum arborescences ({MWU_TREES} per root)")
 
 
 def pack(topology: Topology) -> Packing:
