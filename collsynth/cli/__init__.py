@@ -24,6 +24,7 @@ _MODULES: dict[str, tuple[tuple[str, str], ...]] = {
     "topo": (("topo", "Topologies: list the built-ins, show one, draw one."),),
     "synth": (("synth", "Synthesize collective algorithms: SCCL-style SMT..."),),
     "milp": (),
+    "synth_scale": (),
     "lower": (("lower", "Lower a synthesized ALGORITHM (JSON) to a DSL program..."),),
     "compile": (("compile", "Compile a DSL program (MSCCLang-compatible) to MSCCL-IR XML."),),
     "algorithms": (("algorithms", "The hand-written algorithm library (ring, all-pairs,..."),),

@@ -110,6 +110,7 @@ class ProgramOptions:
     aggregate: bool = True  # merge contiguous transfers to the same peer and channel
     check: bool = True  # MSCCLang's check_xml: cycle and per-connection order checks
     dependence_nop: bool = False  # accepted for MSCCLang compatibility; codegen is the same either way
+    program_message_order: bool = False  # keep each connection's messages in program order (timed schedules)
 
     def __post_init__(self) -> None:
         if self.threadblock_policy not in ("auto", "manual"):

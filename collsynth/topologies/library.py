@@ -29,6 +29,7 @@ from itertools import product
 from types import MappingProxyType
 
 from collsynth.core.caps import LINKS
+from collsynth.topologies.cluster import fattree
 from collsynth.topologies.model import Link, Switch, Topology, TopologyError, links_from_matrix
 
 # --- link classes --------------------------------------------------------------------------------
@@ -397,6 +398,8 @@ BUILTIN_TOPOLOGIES: MappingProxyType[str, BuiltinTopology] = MappingProxyType({s
                     "2-D or 3-D torus (wrap-around mesh)", "torus:4x4x4"),
     BuiltinTopology("hypercube", hypercube, "D", (1,), lambda d: 1 << max(d, 0), "2^D",
                     "ranks linked when they differ in one bit", "hypercube:4"),
+    BuiltinTopology("fattree", fattree, "K", (1,), lambda k: k * (k // 2), "K*K/2",
+                    "two-level K-ary fat-tree (leaf/spine budgets)", "fattree:8"),
     BuiltinTopology("dgx1", dgx1, "", (0,), _fixed(8), "8", "8x V100 NVLink hybrid cube-mesh, 4 EDR NICs", "dgx1"),
     BuiltinTopology("ndv2", ndv2, "", (0,), _fixed(8), "8", "Azure NDv2: DGX-1 NVLinks, 1 EDR NIC per node",
                     "2xndv2"),

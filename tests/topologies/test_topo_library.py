@@ -22,6 +22,7 @@ from collsynth.topologies.library import IB_EDR, IB_HDR, IB_NDR, parse_nvidia_sm
 
 # (name, ranks, directed links) for every built-in; counts derived by hand from the hardware.
 EXPECTED = [
+    ("fattree:4", 8, 56),
     ("ring:8", 8, 16),
     ("line:5", 5, 8),
     ("fully_connected:6", 6, 30),

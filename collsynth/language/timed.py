@@ -1,0 +1,49 @@
+"""Lowering of timed schedules (greedy, tree packing) so that the compiled program runs as timed.
+
+A timed schedule assumes every link sends and receives independently, in its start-time order. The
+default compilation re-queues each connection's messages by critical path, merges contiguous transfers
+and pairs sends with receives in one threadblock (a threadblock runs its steps in order, so a receive then
+waits behind a send); each of these costs 5-20% in simulation at 256 ranks. `lower_timed` gives every
+rank threadblocks per outgoing link, per incoming link and for local copies (placement hints), keeps the
+program's message order and does not aggregate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from collsynth.core.limits import MAX_STEPS_PER_TB
+from collsynth.language.lower import lower_to_program
+from collsynth.language.program import Program
+from collsynth.schedule import Algorithm
+
+
+def timed_hints(program: Program) -> Program:
+    """Threadblock hints: per rank one threadblock per out-link (sends), one per in-link (receives) and one
+    for local copies; every MAX_STEPS_PER_TB ops on a link move on to a new channel (and threadblock), so no
+    threadblock exceeds the runtimes' step limit."""
+    tbs: list[dict[tuple[str, int, int], int]] = [{} for _ in range(program.topology.num_ranks)]
+    counts: dict[tuple[str, int, int], int] = {}
+
+    def tb(rank: int, role: str, peer: int, channel: int) -> int:
+        return tbs[rank].setdefault((role, peer, channel), len(tbs[rank]))
+
+    ops = []
+    for op in program.ops:
+        s, d = op.src.rank, op.dst.rank
+        key = ("local", s, s) if s == d else ("link", s, d)
+        seen = counts.get(key, 0)
+        counts[key] = seen + 1
+        channel = seen // MAX_STEPS_PER_TB
+        if s == d:
+            ops.append(replace(op, sendtb=tb(s, "local", s, channel), recvtb=None, channel=0))
+        else:
+            ops.append(replace(op, sendtb=tb(s, "send", d, channel), recvtb=tb(d, "recv", s, channel),
+                               channel=channel))
+    options = replace(program.options, threadblock_policy="manual", aggregate=False, program_message_order=True)
+    return replace(program, ops=tuple(ops), options=options)
+
+
+def lower_timed(algorithm: Algorithm, *, protocol: str = "Simple", name: str | None = None) -> Program:
+    """`lower_to_program` with the placement of `timed_hints`."""
+    return timed_hints(lower_to_program(algorithm, protocol=protocol, name=name))

@@ -1,0 +1,89 @@
+"""`greedy(topology, collective, size)`: the time-expanded greedy synthesizer (issue 10, item 1).
+
+- Non-combining collectives (AllGather, Broadcast, Gather, Scatter, AllToAll) run the link-chunk matching
+  of `timexp` directly.
+- ReduceScatter and Reduce are the reversed duals of AllGather and Broadcast: the dual's schedule on the
+  reversed topology, run backwards in time (a copy c u->v over [s, s+d] becomes a reduce c v->u over
+  [T-s-d, T-s]); in the dual every rank receives a chunk once, so in the reverse every rank sends its
+  partial sum once, after everything it sums has arrived.
+- AllReduce is ReduceScatter then AllGather, the second shifted by the first's makespan.
+
+The result is a timed `Algorithm` (every send carries start_us / duration_us; one step per distinct start
+time, one round each) that passes `verify()`; its makespan is the synthesizer's model time.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from collsynth.collectives import Collective, make_collective
+from collsynth.core.enums import Status
+from collsynth.encodings.cut_bounds import reversed_topology
+from collsynth.schedule import COPY, REDUCE, Algorithm, Send, Step, SynthesisResult, verify
+from collsynth.synth.cluster.timexp import MIB, GreedyError, Transfers, run_greedy
+from collsynth.topologies import Topology
+
+SUPPORTED = ("allgather", "broadcast", "gather", "scatter", "alltoall", "reducescatter", "reduce", "allreduce")
+
+
+def chunk_megabytes(collective: Collective, size_bytes: int) -> float:
+    """MiB of one chunk when the larger per-rank buffer (nccl-tests' size) is `size_bytes`."""
+    return size_bytes / max(collective.input_chunks, collective.output_chunks) / MIB
+
+
+def _steps(transfers: Transfers, op: str, offset_us: float = 0.0) -> tuple[Step, ...]:
+    """One step per distinct start time (transfers sorted by start), one round each."""
+    order = np.lexsort((transfers.src, transfers.chunk, transfers.start_us))
+    starts = np.round(transfers.start_us[order], 6)
+    cuts = np.flatnonzero(np.r_[True, starts[1:] != starts[:-1], True])
+    rows = list(zip(transfers.chunk[order].tolist(), transfers.src[order].tolist(), transfers.dst[order].tolist(),
+                    (transfers.start_us[order] + offset_us).tolist(), transfers.duration_us[order].tolist(),
+                    strict=True))
+    return tuple(Step(1, tuple(Send(c, s, d, op, t, dur) for c, s, d, t, dur in rows[a:b]))
+                 for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True))
+
+
+def _reverse(transfers: Transfers) -> Transfers:
+    # copy c u->v over [s, s+d]  ->  reduce c v->u over [T-s-d, T-s]
+    end = transfers.makespan_us
+    return Transfers(transfers.chunk, transfers.dst, transfers.src,
+                     end - transfers.start_us - transfers.duration_us, transfers.duration_us)
+
+
+def greedy_steps(topology: Topology, collective: Collective, chunk_mb: float, seed: int,
+                 offset_us: float = 0.0) -> tuple[tuple[Step, ...], float]:
+    """The steps of `collective` (any of SUPPORTED) and their makespan in microseconds."""
+    name = collective.name
+    if name == "allreduce":
+        n, c = collective.num_ranks, collective.chunks
+        first, mid = greedy_steps(topology, make_collective("reducescatter", n, c), chunk_mb, seed, offset_us)
+        second, end = greedy_steps(topology, make_collective("allgather", n, c), chunk_mb, seed, mid)
+        return first + second, end
+    if name in ("reducescatter", "reduce"):
+        dual = collective.non_combining_dual()
+        transfers = _reverse(run_greedy(reversed_topology(topology), dual, chunk_mb, seed=seed))
+        return _steps(transfers, REDUCE, offset_us), offset_us + transfers.makespan_us
+    if collective.combining:
+        raise GreedyError(f"greedy: combining collective {name!r} is not supported; supported: {', '.join(SUPPORTED)}")
+    transfers = run_greedy(topology, collective, chunk_mb, seed=seed)
+    return _steps(transfers, COPY, offset_us), offset_us + transfers.makespan_us
+
+
+def greedy(topology: Topology, collective: Collective, size_bytes: int = 1 << 30, *, seed: int = 0) -> SynthesisResult:
+    """A verified, timed Algorithm of `collective` on `topology` for buffers of `size_bytes`."""
+    if collective.num_ranks != topology.num_ranks:
+        raise GreedyError(f"greedy: collective has {collective.num_ranks} ranks, topology {topology.name} has "
+                          f"{topology.num_ranks}; make them match")
+    if size_bytes < 1:
+        raise GreedyError(f"greedy: size must be >= 1 byte, got {size_bytes}")
+    began = time.perf_counter()
+    steps, makespan = greedy_steps(topology, collective, chunk_megabytes(collective, size_bytes), seed)
+    seconds = time.perf_counter() - began
+    provenance = {"synthesizer": "greedy", "size_bytes": size_bytes, "seed": seed, "makespan_us": makespan,
+                  "seconds": round(seconds, 3)}
+    algorithm = Algorithm(f"greedy-{collective.name}-{topology.name}", topology, collective, steps, provenance)
+    verify(algorithm)
+    return SynthesisResult(Status.SAT, (algorithm,), None, "time_us", "greedy", time.perf_counter() - began,
+                           provenance)

@@ -1,0 +1,222 @@
+"""`trees(topology, collective, size)`: spanning-tree packing, pipelined (issue 10, item 2).
+
+For every root a set of weighted spanning arborescences; a root's data is cut into chunks and chunk i
+travels down tree i mod T. The packing's *rate* is fixed by its most loaded link: moving one unit of data
+from every root costs max over links of load(l) * beta(l) microseconds, where load(l) is the summed weight
+of the trees (over all roots) that use l. The cut bound (`encodings.cut_bounds`) is a lower bound on the
+same quantity, so when the two are equal the packing is certified optimal for AllGather throughput.
+
+Packings:
+- tori (every dimension > 2, 2-D or 3-D) and hypercubes: translation-invariant trees. For each sign and
+  each starting dimension, the dimension-ordered tree that walks the first dimension from the root, then
+  the next from every node reached, ...; generator (dim j, sign s) is used sum_p (k-1) k^p = n-1 times over
+  the trees of sign s, so every link carries (n-1)/degree: the ingress bound on a cube-shaped torus.
+- any other topology: multiplicative weights. Each root gets `MWU_TREES` minimum spanning arborescences
+  (networkx's Edmonds, integer prices exp(ETA * load / cap)); the rate is reported against the bound
+  (mesh2d:8x8 meets it). Edmonds in networkx is slow: about 0.1-0.3 s per arborescence at 64 ranks.
+The schedule is made by the time-expanded matching confined to each chunk's tree (`timexp` routes).
+ReduceScatter runs AllGather's trees reversed; AllReduce is ReduceScatter then AllGather.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import networkx as nx
+
+from collsynth.collectives import Collective, make_collective
+from collsynth.core.enums import Status
+from collsynth.encodings.cut_bounds import cut_bound_us, reversed_topology
+from collsynth.schedule import COPY, REDUCE, Algorithm, Step, SynthesisResult, verify
+from collsynth.synth.cluster.greedy import _reverse, _steps, chunk_megabytes
+from collsynth.synth.cluster.timexp import MIB, GreedyError, run_greedy
+from collsynth.topologies import Topology
+
+SUPPORTED = ("allgather", "broadcast", "reducescatter", "allreduce")
+MWU_TREES = 4  # arborescences per root for the generic packing
+ETA = 16.0  # price growth of the multiplicative weights
+PRICE_SCALE = 1_000_000
+Tree = dict[int, int]  # child -> parent
+
+
+@dataclass(frozen=True)
+class Packing:
+    """Per root, its trees with weights (summing to 1), and how the packing was made."""
+
+    trees: dict[int, list[tuple[float, Tree]]]
+    method: str
+
+    def link_load(self) -> dict[tuple[int, int], float]:
+        load: dict[tuple[int, int], float] = defaultdict(float)
+        for weighted in self.trees.values():
+            for weight, tree in weighted:
+                for child, parent in tree.items():
+                    load[(parent, child)] += weight
+        return load
+
+    def unit_time_us(self, topology: Topology, unit_mb: float) -> float:
+        """Time to move `unit_mb` from every root at the packing's rate: max_l load(l) * unit_mb * beta(l)."""
+        return max(load * unit_mb * topology.link_map[link].beta_us_per_mb
+                   for link, load in self.link_load().items())
+
+
+def _shape(topology: Topology) -> tuple[str, tuple[int, ...]] | None:
+    base, _, args = topology.name.partition(":")
+    args = args.split("@")[0].split("(")[0]
+    dims = tuple(int(x) for x in args.replace("x", " ").split()) if args and args[0].isdigit() else ()
+    if base == "torus" and dims and all(d > 2 for d in dims) and math.prod(dims) == topology.num_ranks:
+        return "torus", dims
+    if base == "hypercube" and dims and (1 << dims[0]) == topology.num_ranks:
+        return "hypercube", dims
+    return None
+
+
+def _coords(rank: int, dims: Sequence[int]) -> tuple[int, ...]:
+    out = []
+    for d in reversed(dims):
+        out.append(rank % d)
+        rank //= d
+    return tuple(reversed(out))
+
+
+def _rank(coord: Sequence[int], dims: Sequence[int]) -> int:
+    value = 0
+    for c, d in zip(coord, dims, strict=True):
+        value = value * d + c
+    return value
+
+
+def _ordered_tree(dims: Sequence[int], order: Sequence[tuple[int, int]]) -> Tree:
+    # walk dimension order[0] from the root, then order[1] from every node reached, ...
+    parent: Tree = {}
+    reached = [tuple(0 for _ in dims)]
+    for dim, sign in order:
+        grown = []
+        for start in reached:
+            prev = start
+            for _ in range(dims[dim] - 1):
+                nxt = list(prev)
+                nxt[dim] = (nxt[dim] + sign) % dims[dim]
+                parent[_rank(nxt, dims)] = _rank(prev, dims)
+                prev = tuple(nxt)
+                grown.append(prev)
+        reached += grown
+    return parent
+
+
+def _symmetric_packing(kind: str, dims: tuple[int, ...], n: int) -> Packing:
+    sizes: tuple[int, ...] = (2,) * dims[0] if kind == "hypercube" else dims
+    signs: tuple[int, ...] = (1,) if kind == "hypercube" else (1, -1)
+    d = len(sizes)
+    base = [_ordered_tree(sizes, [((s + j) % d, sign) for j in range(d)]) for sign in signs for s in range(d)]
+    trees: dict[int, list[tuple[float, Tree]]] = {}
+    for root in range(n):
+        shift = _coords(root, sizes)
+
+        def moved(rank: int, shift: tuple[int, ...] = shift, root: int = root) -> int:
+            if kind == "hypercube":
+                return rank ^ root
+            return _rank([(a + b) % k for a, b, k in zip(_coords(rank, sizes), shift, sizes, strict=True)], sizes)
+
+        trees[root] = [(1.0 / len(base), {moved(c): moved(p) for c, p in tree.items()}) for tree in base]
+    return Packing(trees, f"translation-invariant dimension-ordered trees ({len(base)} per root)")
+
+
+def _priced_graph(topology: Topology, root: int, load: dict[tuple[int, int], float], target: float) -> nx.DiGraph:
+    # price(l) = exp(ETA * load(l) / (target * rate(l))), as integers (Edmonds is exact on integer weights)
+    g = nx.DiGraph()
+    for x in topology.links:
+        if x.dst != root:
+            usage = load[(x.src, x.dst)] * x.beta_us_per_mb / target
+            g.add_edge(x.src, x.dst, weight=int(PRICE_SCALE * math.exp(min(30.0, ETA * usage))))
+    return g
+
+
+def _mwu_packing(topology: Topology) -> Packing:
+    load: dict[tuple[int, int], float] = defaultdict(float)
+    trees: dict[int, list[tuple[float, Tree]]] = {r: [] for r in range(topology.num_ranks)}
+    target = (topology.num_ranks - 1) * max(x.beta_us_per_mb for x in topology.links)
+    for _ in range(MWU_TREES):
+        for root in range(topology.num_ranks):
+            g = _priced_graph(topology, root, load, target)
+            try:  # the cheapest spanning arborescence into every rank from root (Edmonds)
+                tree = {d: s for s, d in nx.minimum_spanning_arborescence(g, preserve_attrs=False).edges()}
+            except nx.NetworkXException:  # networkx occasionally fails on ties: shortest paths instead
+                paths = nx.single_source_dijkstra_path(g, root)
+                tree = {d: path[-2] for d, path in paths.items() if d != root}
+            trees[root].append((1.0 / MWU_TREES, tree))
+            for child, parent in tree.items():
+                load[(parent, child)] += 1.0 / MWU_TREES
+    return Packing(trees, f"multiplicative-weights minimum arborescences ({MWU_TREES} per root)")
+
+
+def pack(topology: Topology) -> Packing:
+    """The tree packing for AllGather from every root (see the module docstring)."""
+    shape = _shape(topology)
+    if shape is not None:
+        return _symmetric_packing(shape[0], shape[1], topology.num_ranks)
+    return _mwu_packing(topology)
+
+
+def _routes(packing: Packing, collective: Collective, chunks_per_root: int) -> dict[tuple[int, int], list[int]]:
+    """Link -> chunks it carries: chunk i of a root's data follows that root's tree i mod T."""
+    routes: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for c in range(collective.num_chunks):
+        (root,) = collective.pre[c]
+        weighted = packing.trees[root]
+        _, tree = weighted[(c % chunks_per_root) % len(weighted)]
+        for child, parent in tree.items():
+            routes[(parent, child)].append(c)
+    return routes
+
+
+def _tree_steps(topology: Topology, collective: Collective, chunk_mb: float, chunks: int,
+                offset_us: float) -> tuple[tuple[Step, ...], float]:
+    name = collective.name
+    if name == "allreduce":
+        n = collective.num_ranks
+        first, mid = _tree_steps(topology, make_collective("reducescatter", n, chunks), chunk_mb, chunks, offset_us)
+        second, end = _tree_steps(topology, make_collective("allgather", n, chunks), chunk_mb, chunks, mid)
+        return first + second, end
+    reverse = name == "reducescatter"
+    topo = reversed_topology(topology) if reverse else topology
+    dual = collective.non_combining_dual() if reverse else collective
+    routes = _routes(pack(topo), dual, chunks)
+    transfers = run_greedy(topo, dual, chunk_mb, routes=routes)
+    if reverse:
+        transfers = _reverse(transfers)
+    return _steps(transfers, REDUCE if reverse else COPY, offset_us), offset_us + transfers.makespan_us
+
+
+def trees(topology: Topology, collective: Collective, size_bytes: int = 1 << 30, *,
+          chunks_per_tree: int = 4) -> SynthesisResult:
+    """Tree packing pipelined into a verified, timed Algorithm; `bound` is the cut bound on the packing's
+    unit time and status OPTIMAL when the packing meets it (certified)."""
+    if collective.name not in SUPPORTED:
+        raise GreedyError(f"trees: {collective.name!r} is not supported; supported: {', '.join(SUPPORTED)} "
+                          "(use `synth greedy` for the others)")
+    began = time.perf_counter()
+    packing = pack(topology)
+    per_root = len(next(iter(packing.trees.values())))
+    chunks = per_root * chunks_per_tree
+    coll = make_collective(collective.name, collective.num_ranks, chunks, root=collective.root)
+    steps, makespan = _tree_steps(topology, coll, chunk_megabytes(coll, size_bytes), chunks, 0.0)
+    # certificate, in the AllGather view: unit = one rank's data (size / n for AllGather's n*C output)
+    unit_mb = size_bytes / collective.num_ranks / MIB
+    ag = make_collective("allgather", collective.num_ranks, 1)
+    alpha = min(x.alpha_us for x in topology.links)
+    bound = cut_bound_us(topology, ag, size_bytes).time_us - alpha
+    rate_time = packing.unit_time_us(topology, unit_mb)
+    certified = rate_time <= bound * (1 + 1e-9)
+    provenance = {"synthesizer": "trees", "packing": packing.method, "size_bytes": size_bytes,
+                  "chunks_per_tree": chunks_per_tree, "makespan_us": makespan, "packing_time_us": rate_time,
+                  "cut_bound_us": bound, "certified_optimal": certified}
+    algorithm = Algorithm(f"trees-{collective.name}-{topology.name}", topology, coll, steps, provenance)
+    verify(algorithm)
+    seconds = time.perf_counter() - began
+    return SynthesisResult(Status.OPTIMAL if certified else Status.SAT, (algorithm,), bound,
+                           "allgather packing time_us", "trees", seconds, {**provenance, "seconds": seconds})
