@@ -24,7 +24,8 @@ from rich.table import Table
 from collsynth.collectives import make_collective
 from collsynth.core.units import format_size
 from collsynth.runtime import execute
-from collsynth.synth.pareto import ParetoResult, pareto_frontier
+from collsynth.schedule import SynthesisResult
+from collsynth.synth.pareto import pareto_frontier
 from collsynth.synth.report import cost_model
 from collsynth.topologies import Topology, resolve_topology
 from collsynth.tune import Candidate, Evaluator, Grid, exhaustive_size, tune_size
@@ -37,7 +38,7 @@ MB = 1 << 20
 console = Console(width=160)
 
 
-def frontier(topo: Topology, coll: str) -> ParetoResult:
+def frontier(topo: Topology, coll: str) -> SynthesisResult:
     return pareto_frontier(topo, make_collective(coll, topo.num_ranks, 1), max_chunks=6, time_limit=60)
 
 
@@ -71,14 +72,14 @@ def _interpret(evaluator: Evaluator, config) -> None:  # type: ignore[no-untyped
     _CHECKED.add(key)
 
 
-def table_vs_library(topo: Topology, coll: str, fr: ParetoResult, sizes: Sequence[int]) -> dict[str, int]:
-    syn = [algorithm_candidate(p.algorithm, topo, coll) for p in fr.pareto if p.algorithm is not None]
+def table_vs_library(topo: Topology, coll: str, fr: SynthesisResult, sizes: Sequence[int]) -> dict[str, int]:
+    syn = [algorithm_candidate(p.algorithm, topo, coll) for p in fr.frontier if p.algorithm is not None]
     lib = library_candidates(topo, coll)
     ev = Evaluator(topo, syn + lib)
     alpha, beta = cost_model(topo)
     t = Table(title=f"{coll} on {topo.name}: best tuned synthesized vs best tuned hand-written "
-                    f"(bound = max(S_lb*alpha, (R/C)_lb*per-rank*beta), S_lb={fr.steps_lower_bound}, "
-                    f"(R/C)_lb={fr.rounds_per_chunk_lower_bound})")
+                    f"(bound = max(S_lb*alpha, (R/C)_lb*per-rank*beta), S_lb={fr.steps_bound}, "
+                    f"(R/C)_lb={fr.bound})")
     for col in ("size", "synthesized (us)", "config", "library (us)", "library config", "syn/lib", "bound (us)",
                 "syn/bound"):
         t.add_column(col)
@@ -86,8 +87,8 @@ def table_vs_library(topo: Topology, coll: str, fr: ParetoResult, sizes: Sequenc
     for size in sizes:
         s_label, s_time, s_timing = best_of(ev, [c.name for c in syn], size)
         l_label, l_time, _ = best_of(ev, [c.name for c in lib], size) if lib else ("-", math.inf, None)
-        bound = max(fr.steps_lower_bound * alpha,
-                    float(fr.rounds_per_chunk_lower_bound) * per_rank_mb(s_timing, topo.num_ranks) * beta)
+        bound = max(fr.steps_bound * alpha,
+                    float(fr.bound) * per_rank_mb(s_timing, topo.num_ranks) * beta)
         if coll == "allreduce":  # its per-rank bytes are not size / ranks: no bound column
             bound = math.nan
         ok = s_time <= l_time * 1.005
@@ -101,7 +102,7 @@ def table_vs_library(topo: Topology, coll: str, fr: ParetoResult, sizes: Sequenc
     return {"wins": wins}
 
 
-def table_points(cases: Sequence[tuple[Topology, str, ParetoResult]]) -> None:
+def table_points(cases: Sequence[tuple[Topology, str, SynthesisResult]]) -> None:
     t = Table(title="every Pareto point, compiled + tuned, vs its own model cost S*alpha + (R/C)*per-rank*beta")
     for col in ("topology", "collective", "point (C,S,R)", "size", "model (us)", "tuned (us)", "ratio",
                 "Simple only (us)", "ratio", "config"):
@@ -109,7 +110,7 @@ def table_points(cases: Sequence[tuple[Topology, str, ParetoResult]]) -> None:
     simple = Grid(protocols=("Simple",))
     for topo, coll, fr in cases:
         alpha, beta = cost_model(topo)
-        for p in fr.pareto:
+        for p in fr.frontier:
             assert p.algorithm is not None
             cand = algorithm_candidate(p.algorithm, topo, coll)
             ev = Evaluator(topo, [cand])
@@ -219,7 +220,7 @@ def main() -> None:
                                       (dgx1, "reducescatter", (KB, MB, 16 * MB)),
                                       (dgx1, "gather", (KB, 16 * MB)), (ring8, "allgather", (KB, 16 * MB))):
             fr = fronts[(topo.name, coll)]
-            cands = [algorithm_candidate(p.algorithm, topo, coll) for p in fr.pareto if p.algorithm is not None]
+            cands = [algorithm_candidate(p.algorithm, topo, coll) for p in fr.frontier if p.algorithm is not None]
             cands += library_candidates(topo, coll)
             cases += [(topo, coll, cands, s) for s in size_list]
         table_tuner(cases)

@@ -95,7 +95,7 @@ def frontier_candidates(topology: Topology, collective: str, *, max_chunks: int 
 
     result = pareto_frontier(topology, make_collective(canonical_name(collective), topology.num_ranks, 1),
                              max_chunks=max_chunks, time_limit=time_limit)
-    return _unique([algorithm_candidate(p.algorithm, topology, collective) for p in result.pareto
+    return _unique([algorithm_candidate(p.algorithm, topology, collective) for p in result.frontier
                     if p.algorithm is not None])
 
 

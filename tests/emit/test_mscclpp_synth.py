@@ -36,8 +36,8 @@ def test_frontier_points_lower_to_passing_plans(topology_name, collective, max_c
     topology = resolve_topology(topology_name)
     result = pareto_frontier(topology, make_collective(collective, topology.num_ranks), max_chunks=max_chunks,
                              time_limit=60)
-    assert result.sat_points
-    for point in result.sat_points:
+    assert result.points
+    for point in result.points:
         _plan_passes(point.algorithm, topology)
 
 
