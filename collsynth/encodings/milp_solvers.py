@@ -20,6 +20,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import warnings
 from collections.abc import Callable
@@ -138,11 +139,28 @@ def solve_matrix(matrix: LpMatrix, solver: str, *, time_limit: float | None, gap
 
 # --- HiGHS ------------------------------------------------------------------------------------------
 
+def _quiet_highs() -> Any:
+    """A HiGHS instance with its output off. HiGHS prints its banner on stdout (fd 1, from C++) when it is
+    constructed, before any option can turn output off; `--json` output must stay one document per line."""
+    import highspy
+
+    sys.stdout.flush()
+    saved, devnull = os.dup(1), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        h = highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
+    h.setOptionValue("output_flag", False)
+    return h
+
+
 def _solve_highs(m: LpMatrix, time_limit: float | None, gap: float, warm: np.ndarray | None) -> SolveResult:
     import highspy
 
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
+    h = _quiet_highs()
     h.setOptionValue("random_seed", 0)
     h.setOptionValue("mip_rel_gap", float(gap))
     if time_limit is not None:
