@@ -7,6 +7,7 @@ Every library program is built with the DSL's explicit builder (no global contex
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from collsynth.collectives.spec import Collective
@@ -152,7 +153,7 @@ def find_ring(topology: Topology, ranks: Sequence[int] | None = None) -> tuple[i
     def preference(src: int, dst: int) -> tuple[bool, int, int]:
         return (topology.node_of(src) != topology.node_of(dst), -topology.bandwidth(src, dst), dst)
 
-    neighbours = {r: sorted((d for d in topology.out_neighbors[r] if d in allowed), key=lambda d, r=r: preference(r, d))
+    neighbours = {r: sorted((d for d in topology.out_neighbors[r] if d in allowed), key=partial(preference, r))
                   for r in members}
     start = members[0]
     path, used = [start], {start}

@@ -241,8 +241,8 @@ class Catalog:
         hashes: list[str | None] = []
         for entry in result.entries:
             if entry.passed and entry.xml is not None:
-                digest, _ = store_xml(self.root, entry.xml)
-                hashes.append(digest)
+                stored, _ = store_xml(self.root, entry.xml)
+                hashes.append(stored)
             else:
                 hashes.append(None)
         now = time.time()

@@ -19,6 +19,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from collsynth.catalog.plan import LIBRARY, CompileVariant, WorkItem
@@ -37,12 +38,12 @@ def run_item(item: WorkItem) -> ItemResult:
     if item.source == LIBRARY:
         name = str(item.param("program"))
         provenance = {"synthesizer": "hand-written", "program": name, "versions": versions}
-        entries = tuple(
-            check_program(name, variant, lambda v=variant: build_library_program(name, item.topology, v),
+        built = tuple(
+            check_program(name, variant, partial(build_library_program, name, item.topology, variant),
                           item.topology, item.sizes, item.dtype, provenance=provenance)
             for variant in item.variants)
-        entries = with_tuning(entries, item, lambda: _library_candidate(name, item))
-        return ItemResult(item.key, True, _summary(entries), entries, time.perf_counter() - started, provenance)
+        tuned = with_tuning(built, item, partial(_library_candidate, name, item))
+        return ItemResult(item.key, True, _summary(tuned), tuned, time.perf_counter() - started, provenance)
     try:
         synthesized = synthesize(item)
     except CollsynthError as exc:
@@ -51,7 +52,7 @@ def run_item(item: WorkItem) -> ItemResult:
     except Exception as exc:  # a bug in a synthesizer must not stop the build: record it with its origin
         return ItemResult(item.key, False, f"synthesis: internal error: {_describe(exc)}", (),
                           time.perf_counter() - started, {"synthesizer": item.source, "versions": tool_versions()})
-    entries = []
+    entries: list[EntryResult] = []
     names: dict[str, int] = {}
     for algorithm in synthesized.algorithms:
         name = algorithm_entry_name(item.source, algorithm)
@@ -60,10 +61,10 @@ def run_item(item: WorkItem) -> ItemResult:
             name = f"{name}-{names[name]}"
         provenance = {**dict(algorithm.provenance), "algorithm": algorithm.name, "versions": versions}
         checked = tuple(check_program(
-            name, variant, lambda v=variant, a=algorithm: _lower(a, v), item.topology, item.sizes, item.dtype,
+            name, variant, partial(_lower, algorithm, variant), item.topology, item.sizes, item.dtype,
             provenance=provenance, shape=(algorithm.chunks, algorithm.num_steps, algorithm.rounds))
             for variant in item.variants)
-        entries += with_tuning(checked, item, lambda a=algorithm, n=name: _algorithm_candidate(n, a))
+        entries += with_tuning(checked, item, partial(_algorithm_candidate, name, algorithm))
     return ItemResult(item.key, True, _summary(entries), tuple(entries), time.perf_counter() - started,
                       synthesized.provenance)
 
@@ -123,8 +124,8 @@ def check_program(name: str, variant: CompileVariant, build: Callable[[], Any], 
     from collsynth.runtime import execute
 
     chunks, steps, rounds = shape
-    base = {"name": name, "variant": variant, "chunks": chunks, "steps": steps, "rounds": rounds,
-            "provenance": dict(provenance or {})}
+    base = EntryResult(name=name, variant=variant, passed=False, message="", chunks=chunks, steps=steps,
+                       rounds=rounds, provenance=dict(provenance or {}))
     seconds: dict[str, float] = {}
     stage = "lower"
     try:
@@ -142,8 +143,7 @@ def check_program(name: str, variant: CompileVariant, build: Callable[[], Any], 
         seconds[stage] = time.perf_counter() - started
         stats = ir_stats(ir)
         if not verdict.passed:
-            return EntryResult(passed=False, stage=stage, message=f"{verdict.failure}: {verdict.message}",
-                               ir_stats=stats, **base)
+            return replace(base, stage=stage, message=f"{verdict.failure}: {verdict.message}", ir_stats=stats)
         stage = "simulate"
         started = time.perf_counter()
         times = simulate_points(ir, topology, sizes, dtype)
@@ -153,11 +153,11 @@ def check_program(name: str, variant: CompileVariant, build: Callable[[], Any], 
 
         xml = ir_to_xml(ir)
     except CollsynthError as exc:
-        return EntryResult(passed=False, stage=stage, message=str(exc), **base)
+        return replace(base, stage=stage, message=str(exc))
     except Exception as exc:  # a bug in a later stage must not stop the build: record where it happened
-        return EntryResult(passed=False, stage=stage, message=f"internal error: {_describe(exc)}", **base)
-    base["provenance"]["seconds"] = {k: round(v, 4) for k, v in seconds.items()}
-    return EntryResult(passed=True, message=verdict.message, xml=xml, ir_stats=stats, times=times, **base)
+        return replace(base, stage=stage, message=f"internal error: {_describe(exc)}")
+    base.provenance["seconds"] = {k: round(v, 4) for k, v in seconds.items()}
+    return replace(base, passed=True, message=verdict.message, xml=xml, ir_stats=stats, times=times)
 
 
 def simulate_points(ir: Algo, topology: Topology, sizes: Sequence[int], dtype: str) -> tuple[SimPoint, ...]:

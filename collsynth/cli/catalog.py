@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from collsynth.core.units import format_size, parse_size
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 DEFAULT_DB = "catalog.sqlite"
 _db_option = click.option("--db", "db_path", default=DEFAULT_DB, show_default=True,
@@ -68,8 +73,8 @@ class _progress:
     """A rich progress bar on stderr (only on a terminal) fed by build events; plain lines for failures."""
 
     def __init__(self) -> None:
-        self.bar = None
-        self.task = None
+        self.bar: Progress | None = None
+        self.task: TaskID | None = None
         self.total = 0
 
     def __enter__(self) -> _progress:
@@ -88,11 +93,11 @@ class _progress:
             self.bar.stop()
 
     def __call__(self, event) -> None:  # type: ignore[no-untyped-def]
-        if event.kind == "start" and self.bar is not None:
+        if event.kind == "start" and self.bar is not None and self.task is not None:
             self.total += 1
             self.bar.update(self.task, total=self.total, description=f"running {event.item.label}")
         elif event.kind == "done":
-            if self.bar is not None:
+            if self.bar is not None and self.task is not None:
                 self.bar.advance(self.task)
             result = event.result
             failed = [e for e in result.entries if not e.passed]
@@ -253,7 +258,7 @@ def _entry_json(entry) -> dict:  # type: ignore[no-untyped-def]
             "provenance": entry.provenance, "ir": entry.ir_stats}
 
 
-def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
     """Plain aligned columns (easy to grep and pipe)."""
     widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(header)]
     click.echo("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip())

@@ -105,6 +105,7 @@ def compile_command(program: str, args: tuple[str, ...], output: str | None, nam
         traced = [x for x in captured if isinstance(x, Program) and x.name == chosen.name]
         if traced:
             chosen = traced[-1]
+    coll: Collective | None
     if isinstance(chosen, Program):
         ir, coll = compile_program(chosen, target=target), instance_collective(chosen.collective, chosen.instances)
     else:  # an IR printed by XML(): the compiler recorded its collective

@@ -233,16 +233,19 @@ def _broadcast(n: int, k: int, root: int | None) -> tuple[Placement, Placement, 
 
 
 def _gather(n: int, k: int, root: int | None) -> tuple[Placement, Placement, int, int, int]:
+    assert root is not None
     ins = tuple((r * k + i, r, i) for r in range(n) for i in range(k))
     return ins, tuple((c, root, c) for c in range(n * k)), n * k, k, n * k
 
 
 def _scatter(n: int, k: int, root: int | None) -> tuple[Placement, Placement, int, int, int]:
+    assert root is not None
     ins = tuple((c, root, c) for c in range(n * k))
     return ins, tuple((r * k + i, r, i) for r in range(n) for i in range(k)), n * k, n * k, k
 
 
 def _reduce(n: int, k: int, root: int | None) -> tuple[Placement, Placement, int, int, int]:
+    assert root is not None
     return tuple((i, r, i) for i in range(k) for r in range(n)), tuple((i, root, i) for i in range(k)), k, k, k
 
 

@@ -435,11 +435,14 @@ def _contract(dag: InstrDAG, merges: Sequence[tuple[Sequence[int], Instr]], dept
     new_index = [0] * n
     for k, u in enumerate(units):
         new_index[u] = k
-    instrs, preds, after, send_to = [], [], [], []
+    instrs: list[Instr] = []
+    preds: list[tuple[int, ...]] = []
+    after: list[tuple[int, ...]] = []
+    send_to: list[int] = []
     old_instrs, old_send_to, old_preds, old_after = dag.instrs, dag.send_to, dag.preds, dag.after
     for k, u in enumerate(units):
-        group = members.get(u)
-        if group is None:  # a single instr: only renumber its edges
+        merged = members.get(u)
+        if merged is None:  # a single instr: only renumber its edges
             instrs.append(old_instrs[u])
             for edges, out in ((old_preds, preds), (old_after, after)):
                 ps = edges[u]
@@ -454,11 +457,11 @@ def _contract(dag: InstrDAG, merges: Sequence[tuple[Sequence[int], Instr]], dept
         else:
             instrs.append(replacement[u])
             for edges, out in ((old_preds, preds), (old_after, after)):
-                deps = {new_index[leader[p]] for m in group for p in edges[m]}
+                deps = {new_index[leader[p]] for m in merged for p in edges[m]}
                 deps.discard(k)
                 out.append(tuple(sorted(deps)))
             to = -1
-            for m in group:
+            for m in merged:
                 j = old_send_to[m]
                 if j >= 0 and leader[j] != u:
                     to = new_index[leader[j]]
@@ -638,10 +641,10 @@ def fuse_instructions(dag: InstrDAG) -> InstrDAG:
             break
     _unfuse_conflicts(dag, fused)
     merges: list[tuple[list[int], Instr]] = []
-    for j, (s, kind) in fused.items():
+    for j, (s, fused_kind) in fused.items():
         rec, snd = instrs[j], instrs[s]
-        merges.append(([j, s], Instr(kind, rec.rank, rec.dst_buf, rec.dst_off, rec.dst_buf, rec.dst_off, rec.cnt,
-                                     snd.send_peer, rec.recv_peer, rec.tb_hint, rec.ch_hint,
+        merges.append(([j, s], Instr(fused_kind, rec.rank, rec.dst_buf, rec.dst_off, rec.dst_buf, rec.dst_off,
+                                     rec.cnt, snd.send_peer, rec.recv_peer, rec.tb_hint, rec.ch_hint,
                                      snd.line if 0 < snd.line < rec.line else rec.line)))
     if not merges:
         return dag

@@ -302,8 +302,8 @@ def lower_to_ir(tbprog: TbProgram) -> Algo:
                 depid, dep = s.deps[0] if s.deps else (-1, -1)
                 steps.append(Step(k, s.type, s.srcbuf, s.srcoff, s.dstbuf, s.dstoff, s.cnt, depid, dep, s.hasdep))
             threadblocks.append(Threadblock(t, tb.send, tb.recv, tb.chan, tuple(steps)))
-        i, o, s = tbprog.sizes[rank]
-        gpus.append(Gpu(rank, i, o, s, tuple(threadblocks)))
+        i_chunks, o_chunks, s_chunks = tbprog.sizes[rank]
+        gpus.append(Gpu(rank, i_chunks, o_chunks, s_chunks, tuple(threadblocks)))
     meta = (("compiler", "collsynth"), ("program", tbprog.name), ("instances", str(tbprog.instances)),
             ("collective", json.dumps(tbprog.collective.to_dict(), separators=(",", ":"))))
     return Algo(tbprog.name, coll_spelling(tbprog.collective.name), tbprog.proto, tbprog.nchannels,

@@ -101,7 +101,7 @@ def with_options(program: Program, **options: Any) -> Program:
     if unknown:
         known = ", ".join(sorted(_OPTION_NAMES | {"instances", "protocol"}))
         raise CompileError(f"unknown compiler option(s) {', '.join(sorted(unknown))}; known: {known}")
-    top = {k: options.pop(k) for k in ("instances", "protocol") if k in options}
+    top: dict[str, Any] = {k: options.pop(k) for k in ("instances", "protocol") if k in options}
     if "threadblock_policy" in options:
         policy = options["threadblock_policy"]
         options["threadblock_policy"] = getattr(policy, "value", policy)

@@ -371,8 +371,8 @@ def _partner_for_send(dag: InstrDAG, rt: _RankTbs, i: int, ch: int, tb_of: list[
         t = tb_of[p]
         if t >= 0 and dag.instrs[p].kind in RECEIVING_TYPES and rt.tbs[t].send < 0 and rt.tbs[t].chan == ch:
             return t
-    t = rt.by_recv.get((dag.instrs[i].send_peer, ch))
-    return t if t is not None and rt.tbs[t].send < 0 else None
+    by_recv = rt.by_recv.get((dag.instrs[i].send_peer, ch))
+    return by_recv if by_recv is not None and rt.tbs[by_recv].send < 0 else None
 
 
 def _partner_for_recv(dag: InstrDAG, rt: _RankTbs, i: int, ch: int) -> int | None:

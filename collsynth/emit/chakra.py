@@ -132,7 +132,7 @@ def _message_tags(ir: Algo) -> dict[tuple[int, int], list[tuple[int, int]]]:
     return tags
 
 
-def _topological_steps(ir: Algo, gpu_index: int) -> list[tuple[int, int, int]]:
+def _topological_steps(ir: Algo, gpu_index: int) -> list[tuple[int, int, int, int]]:
     """(tb position, step position, dependency's tb position or -1, its step position) of one GPU's steps,
     in an order where each step follows its threadblock's previous step and its (depid, deps) dependency."""
     gpu = ir.gpus[gpu_index]
@@ -327,9 +327,10 @@ def read_chakra(path: str | os.PathLike[str]) -> tuple[object, list[object]]:
         pos += size
     if not messages:
         raise ChakraError(f"{path}: empty file; a Chakra ET starts with a GlobalMetadata message")
+    # chakra_schema's classes come from protobuf's message_factory (no stubs: typed there as plain `type`)
     try:
-        metadata = et.GlobalMetadata.FromString(messages[0])
-        nodes = [et.Node.FromString(blob) for blob in messages[1:]]
+        metadata = et.GlobalMetadata.FromString(messages[0])  # type: ignore[attr-defined]
+        nodes = [et.Node.FromString(blob) for blob in messages[1:]]  # type: ignore[attr-defined]
     except Exception as exc:  # protobuf's DecodeError
         raise ChakraError(f"{path}: not a Chakra ET ({exc})") from None
     return metadata, nodes

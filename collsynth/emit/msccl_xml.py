@@ -118,11 +118,11 @@ def write_xml(ir: Algo, path: str | os.PathLike[str], target: Target | str | Non
     """Write the IR's XML (for `target`, see ir_to_xml) atomically (temp file in the same directory, then rename);
     return the path."""
     text = ir_to_xml(ir, target)
-    target = Path(path)
-    directory = target.parent if str(target.parent) else Path(".")
+    out = Path(path)
+    directory = out.parent if str(out.parent) else Path(".")
     if not directory.is_dir():
-        raise XMLFormatError(f"cannot write {target}: directory {directory} does not exist")
-    return write_atomic(target, text)
+        raise XMLFormatError(f"cannot write {out}: directory {directory} does not exist")
+    return write_atomic(out, text)
 
 
 def _set(elem: etree._Element, names: tuple[str, ...], values: tuple[object, ...]) -> None:

@@ -134,11 +134,19 @@ class ProgramBuilder:
         except TypeError as exc:
             raise ProgramError(f"{where(line, file)}{exc}") from None
         raw_index, raw_size = index, size
-        index = index if type(index) is int else _as_int(index)  # noqa: E721
-        if index is None or index < 0:
+        if type(index) is not int:  # noqa: E721 - as for rank
+            as_index = _as_int(index)
+            if as_index is None:
+                raise ProgramError(f"{where(line, file)}index {raw_index!r} of {name} must be an integer >= 0")
+            index = as_index
+        if index < 0:
             raise ProgramError(f"{where(line, file)}index {raw_index!r} of {name} must be an integer >= 0")
-        size = size if type(size) is int else _as_int(size)  # noqa: E721
-        if size is None or size < 1:
+        if type(size) is not int:  # noqa: E721 - as for rank
+            as_size = _as_int(size)
+            if as_size is None:
+                raise ProgramError(f"{where(line, file)}size {raw_size!r} must be an integer >= 1")
+            size = as_size
+        if size < 1:
             raise ProgramError(f"{where(line, file)}size {raw_size!r} must be an integer >= 1")
         if self.collective.inplace:
             # MSCCLang resolves an in-place index with the rank that names it: a copy's destination index with

@@ -46,7 +46,7 @@ def write_report(result: RegressResult, directory: str | os.PathLike[str]) -> li
     """DIR/report.md (tables), DIR/results.json, DIR/plots/<topology>-<collective>.png (busbw vs size)."""
     target = Path(directory)
     (target / "plots").mkdir(parents=True, exist_ok=True)
-    files = []
+    files: list[Path] = []
     cases: dict[str, list[CaseEntry]] = {}
     for entry in result.entries:
         if entry.passed:

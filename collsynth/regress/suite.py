@@ -267,15 +267,17 @@ def shape_checks(entries: Sequence[CaseEntry], expected: Sequence[tuple[str, str
     checks = []
     for topology, collective in expected:
         case = f"{topology}/{collective}"
-        frontier = [e for e in entries if e.case == case and e.source == "pareto" and e.passed
+        # (entry, steps, rounds per chunk) of each verified frontier point with a complete shape
+        frontier = [(e, e.steps, Fraction(e.rounds, e.chunks)) for e in entries
+                    if e.case == case and e.source == "pareto" and e.passed
                     and e.chunks and e.steps is not None and e.rounds is not None]
         ring = next((e for e in entries if e.case == case and e.name == f"ring_{collective}" and e.passed), None)
         if not frontier or ring is None:
             checks.append(ShapeCheck(case, "frontier vs ring", False,
                                      "missing: needs verified SMT frontier entries and the hand-written ring"))
             continue
-        latency = min(frontier, key=lambda e: (e.steps, Fraction(e.rounds, e.chunks), e.name))
-        bandwidth = min(frontier, key=lambda e: (Fraction(e.rounds, e.chunks), e.steps, e.name))
+        latency = min(frontier, key=lambda f: (f[1], f[2], f[0].name))[0]
+        bandwidth = min(frontier, key=lambda f: (f[2], f[1], f[0].name))[0]
         sizes = sorted(set(ring.times_us) & set(latency.times_us) & set(bandwidth.times_us))
         if not sizes:
             checks.append(ShapeCheck(case, "frontier vs ring", False, "no common simulated sizes"))

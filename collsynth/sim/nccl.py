@@ -53,7 +53,9 @@ class NcclSize(NamedTuple):
     """What nccl-tests prints for one requested size: the size column (bytes) and the count column."""
 
     size_bytes: int
-    count: int
+    # nccl-tests' column name; shadowing tuple.count is deliberate (callers compare with plain tuples, so it
+    # stays a NamedTuple) and mypy flags any NamedTuple field that shadows a tuple method.
+    count: int  # type: ignore[assignment]
 
 
 def nccl_size(collective: str, nranks: int, requested_bytes: int, elem_bytes: int) -> NcclSize:

@@ -77,7 +77,9 @@ class SimRow(NamedTuple):
     """One line of the nccl-tests table."""
 
     size_bytes: int
-    count: int
+    # nccl-tests' column name; shadowing tuple.count is deliberate (to_dict uses _asdict, so it stays a
+    # NamedTuple) and mypy flags any NamedTuple field that shadows a tuple method.
+    count: int  # type: ignore[assignment]
     type: str
     time_us: float
     algbw_GBps: float

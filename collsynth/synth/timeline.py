@@ -11,14 +11,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from collsynth.core.enums import Op
 from collsynth.core.files import atomic_path
 from collsynth.schedule.algorithm import REDUCE, Algorithm
 
-_Bar = tuple[int, int, int, str, float, float]  # chunk, src, dst, op, start, duration
+_Bar = tuple[int, int, int, Op, float, float]  # chunk, src, dst, op, start, duration
 
 
 def _bars(algorithm: Algorithm) -> list[_Bar]:
-    bars = []
+    bars: list[_Bar] = []
     for t, step in enumerate(algorithm.steps):
         for send in step.sends:
             start = send.start_us if send.start_us is not None else float(t)

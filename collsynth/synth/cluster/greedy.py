@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from collsynth.collectives import Collective, make_collective
-from collsynth.core.enums import Status
+from collsynth.core.enums import Op, Status
 from collsynth.encodings.cut_bounds import reversed_topology
 from collsynth.schedule import COPY, REDUCE, Algorithm, Send, Step, SynthesisResult, verify
 from collsynth.synth.cluster.timexp import MIB, GreedyError, Transfers, run_greedy
@@ -33,7 +33,7 @@ def chunk_megabytes(collective: Collective, size_bytes: int) -> float:
     return size_bytes / max(collective.input_chunks, collective.output_chunks) / MIB
 
 
-def _steps(transfers: Transfers, op: str, offset_us: float = 0.0) -> tuple[Step, ...]:
+def _steps(transfers: Transfers, op: Op, offset_us: float = 0.0) -> tuple[Step, ...]:
     """One step per distinct start time (transfers sorted by start), one round each."""
     order = np.lexsort((transfers.src, transfers.chunk, transfers.start_us))
     starts = np.round(transfers.start_us[order], 6)

@@ -15,7 +15,7 @@ import time
 from dataclasses import replace
 
 from collsynth.collectives import Collective, make_collective
-from collsynth.core.enums import Status
+from collsynth.core.enums import Op, Status
 from collsynth.encodings.cut_bounds import reversed_topology
 from collsynth.schedule import COPY, REDUCE, Algorithm, Send, Step, SynthesisResult, verify
 from collsynth.synth.cluster.greedy import _reverse, chunk_megabytes
@@ -51,7 +51,7 @@ def _sub_topology(topology: Topology, ranks: list[int], name: str) -> Topology:
     return Topology(name, len(ranks), links, tuple(switches))
 
 
-def _placed(transfers: Transfers, ranks: list[int], chunk_of: list[int], op: str, offset: float) -> list[Send]:
+def _placed(transfers: Transfers, ranks: list[int], chunk_of: list[int], op: Op, offset: float) -> list[Send]:
     return [Send(chunk_of[c], ranks[s], ranks[d], op, t + offset, dur) for c, s, d, t, dur in
             zip(transfers.chunk.tolist(), transfers.src.tolist(), transfers.dst.tolist(), transfers.start_us.tolist(),
                 transfers.duration_us.tolist(), strict=True)]

@@ -137,7 +137,7 @@ def to_algorithm(name: str, topology: Topology, collective: Collective, problem:
             count = sum(per_link.get(arc, 0) for arc in switch.links)
             rounds = max(rounds, math.ceil(count / max(1, switch.bandwidth)))
         sends = tuple(Send(problem.transfers[t].chunk, problem.transfers[t].src, problem.transfers[t].dst,
-                           problem.transfers[t].op, round(timing.start[t], 6),
+                           Op(problem.transfers[t].op), round(timing.start[t], 6),
                            round(timing.arrival[t] - timing.start[t], 6)) for t in members)
         steps.append(Step(rounds, sends))
     return Algorithm(name, topology, collective, tuple(steps), provenance)

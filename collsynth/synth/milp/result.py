@@ -6,6 +6,7 @@ properties read what the pipeline recorded in its provenance (predicted time, ti
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 from collsynth.schedule.algorithm import Algorithm
 from collsynth.schedule.result import StageReport, SynthesisResult
@@ -24,7 +25,10 @@ class MilpResult(SynthesisResult):
 
     @property
     def lower_bound_us(self) -> float | None:
-        return self.bound
+        bound = self.bound
+        if isinstance(bound, Fraction):  # the pipeline records a float; only exact synthesizers give Fractions
+            return float(bound)
+        return bound
 
     @property
     def gap(self) -> float | None:
