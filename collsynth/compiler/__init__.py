@@ -9,15 +9,7 @@ Every pass is linear or n log n in the number of instructions.
 """
 
 from collsynth.compiler.checks import check_ir
-from collsynth.compiler.dag import (
-    Instr,
-    InstrDAG,
-    aggregate_contiguous,
-    depths,
-    fuse_instructions,
-    order_messages,
-    trace_to_dag,
-)
+from collsynth.compiler.dag import Instr, InstrDAG, depths, trace_to_dag
 from collsynth.compiler.deps import Dependencies, insert_dependencies, prune_dependencies
 from collsynth.compiler.errors import CompileError
 from collsynth.compiler.lowering import (
@@ -29,6 +21,8 @@ from collsynth.compiler.lowering import (
     replicate_instances,
     step_lines,
 )
+from collsynth.compiler.merging import aggregate_contiguous, fuse_instructions
+from collsynth.compiler.ordering import order_messages
 from collsynth.compiler.pipeline import compile_program, with_options
 from collsynth.compiler.placement import (
     ChannelledDAG,

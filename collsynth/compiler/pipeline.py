@@ -11,10 +11,12 @@ from functools import partial
 from typing import Any
 
 from collsynth.compiler.checks import check_ir
-from collsynth.compiler.dag import aggregate_contiguous, fuse_instructions, order_messages, trace_to_dag
+from collsynth.compiler.dag import trace_to_dag
 from collsynth.compiler.deps import insert_dependencies, prune_dependencies
 from collsynth.compiler.errors import CompileError
 from collsynth.compiler.lowering import insert_nops, lower_to_ir, replicate_instances, step_lines
+from collsynth.compiler.merging import aggregate_contiguous, fuse_instructions
+from collsynth.compiler.ordering import order_messages
 from collsynth.compiler.placement import assign_channels, assign_threadblocks, schedule
 from collsynth.compiler.ports import order_port_sends
 from collsynth.compiler.split import pair_threadblocks, split_to_target, spread_channels

@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from collsynth.compiler.dag import FUSED_TYPES, InstrDAG, depths
+from collsynth.compiler.dag import FUSED_TYPES, InstrDAG, depths, transfer_chain
 from collsynth.compiler.errors import CompileError
 from collsynth.ir import COPY, MAX_CHANNELS, RECEIVING_TYPES, REDUCE, SEND, SENDING_TYPES
 
@@ -89,12 +89,7 @@ def assign_channels(dag: InstrDAG) -> ChannelledDAG:
     for head, ins in enumerate(instrs):
         if ins.kind != SEND:
             continue
-        chain = [head]
-        j = send_to[head]
-        while instrs[j].kind in FUSED_TYPES:
-            chain.append(j)
-            j = send_to[j]
-        chain.append(j)
+        chain = transfer_chain(instrs, send_to, head)
         hints = {instrs[m].ch_hint for m in chain} - {-1}
         if len(hints) > 1:
             raise CompileError(f"{dag.where(chain[-1])}one chunk's fused transfers carry different channel hints "

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from collsynth.compiler.dag import FUSED_TYPES
+from collsynth.compiler.dag import transfer_chain
 from collsynth.compiler.errors import CompileError
 from collsynth.compiler.placement import ChannelledDAG, Placement, Schedule, TbPlan
 from collsynth.core.limits import MAX_CHANNELS
@@ -63,18 +63,7 @@ def target_violation(ir: Algo, target: Target | str) -> str | None:
 def chains(cdag: ChannelledDAG) -> list[list[int]]:
     """Every chain of transfers: a send, the fused steps its chunk flows through, the final receive."""
     instrs, send_to = cdag.dag.instrs, cdag.dag.send_to
-    out = []
-    for head, ins in enumerate(instrs):
-        if ins.kind != SEND:
-            continue
-        chain = [head]
-        j = send_to[head]
-        while instrs[j].kind in FUSED_TYPES:
-            chain.append(j)
-            j = send_to[j]
-        chain.append(j)
-        out.append(chain)
-    return out
+    return [transfer_chain(instrs, send_to, head) for head, ins in enumerate(instrs) if ins.kind == SEND]
 
 
 def spread_channels(cdag: ChannelledDAG, k: int) -> ChannelledDAG:
