@@ -29,7 +29,7 @@ from typing import Any
 from collsynth.collectives import Collective
 from collsynth.collectives.spec import canonical_name, make_collective
 from collsynth.core.enums import Status
-from collsynth.encodings.milp_instance import build_instance
+from collsynth.encodings.milp_instance import RoutingInstance, build_instance
 from collsynth.encodings.milp_model import SOLVERS, SolverError, stop_grace
 from collsynth.encodings.milp_ordering import evaluate
 from collsynth.encodings.sketch import Sketch
@@ -83,17 +83,21 @@ def _non_combining(run: _Run, reports: list[StageReport]) -> tuple[Candidate, fl
     return run.schedule(best, SCHEDULE_MILP, reports, lower=lower), lower
 
 
+def _forward_and_reversed(run: _Run, forward_collective: Collective, stage: str, reports: list[StageReport],
+                          ) -> tuple[RoutingInstance, Candidate, Candidate]:
+    """Route and schedule a non-combining collective, then its reversal (a reduction), mirrored in time."""
+    inst = build_instance(run.topology, forward_collective, run.sketch, run.chunk_bytes)
+    best, lower = route_and_order(inst, run.solver, run.clock, run.parameters, run.gap, reports)
+    forward = run.schedule(best, stage, reports, lower=lower, reserve=run.parameters.reserve_after_forward_schedule)
+    reversed_problem = reverse(forward, inst)
+    orders = mirror(forward, reversed_problem)
+    return inst, forward, Candidate(reversed_problem, orders, evaluate(reversed_problem, orders))
+
+
 def _reduction(run: _Run, reports: list[StageReport]) -> tuple[Candidate, float | None]:
     """ReduceScatter / Reduce: the non-combining dual's schedule, reversed and re-timed (no proven bound: the
     routing bound holds for the dual)."""
-    dual = run.target.non_combining_dual()
-    inst = build_instance(run.topology, dual, run.sketch, run.chunk_bytes)
-    best, dual_lower = route_and_order(inst, run.solver, run.clock, run.parameters, run.gap, reports)
-    forward = run.schedule(best, DUAL_SCHEDULE_MILP, reports, lower=dual_lower,
-                           reserve=run.parameters.reserve_after_forward_schedule)
-    reversed_problem = reverse(forward, inst)
-    orders = mirror(forward, reversed_problem)
-    mirrored = Candidate(reversed_problem, orders, evaluate(reversed_problem, orders))
+    _, _, mirrored = _forward_and_reversed(run, run.target.non_combining_dual(), DUAL_SCHEDULE_MILP, reports)
     return run.schedule(mirrored, REDUCE_SCHEDULE_MILP, reports), None
 
 
@@ -101,13 +105,7 @@ def _allreduce(run: _Run, reports: list[StageReport]) -> tuple[Candidate, float 
     """AllReduce: the AllGather's reversal (a ReduceScatter) then the AllGather, merged and re-timed (no proven
     bound: the routing bound holds for the AllGather half only)."""
     gather = make_collective("allgather", run.topology.num_ranks, run.sketch.chunkup)
-    inst = build_instance(run.topology, gather, run.sketch, run.chunk_bytes)
-    best, gather_lower = route_and_order(inst, run.solver, run.clock, run.parameters, run.gap, reports)
-    forward = run.schedule(best, ALLGATHER_SCHEDULE_MILP, reports, lower=gather_lower,
-                           reserve=run.parameters.reserve_after_forward_schedule)
-    reversed_problem = reverse(forward, inst)
-    orders = mirror(forward, reversed_problem)
-    reduce = Candidate(reversed_problem, orders, evaluate(reversed_problem, orders))
+    inst, forward, reduce = _forward_and_reversed(run, gather, ALLGATHER_SCHEDULE_MILP, reports)
     owners = {c: inst.chunks[c].sources[0] for c in range(len(inst.chunks))}
     problem, orders = concatenate(reduce, forward, owners)
     merged = Candidate(problem, orders, evaluate(problem, orders))
