@@ -1,9 +1,8 @@
 """Running work in fresh, disposable processes.
 
-z3's answers depend on everything the process solved before (its global context carries state from call
-to call), so the same synthesis request can give a different schedule - with a different simulated time -
-depending on which items a worker ran first. Synthesis therefore runs in a process of its own, which makes
-a catalog entry a function of its work item alone.
+A synthesis no longer needs its own process for determinism (each run gets a fresh z3 context,
+collsynth.synth.portfolio). A fresh process is still how a Dask item's time limit is enforced: a worker thread
+cannot be stopped, a process can (collsynth.catalog.dask_item).
 
 `run_in_fresh_process` starts `python -m collsynth.catalog.isolate` (a plain subprocess in a session of its own:
 no multiprocessing pool, so no semaphores that a killed worker could leak, and it works inside daemonic

@@ -18,14 +18,15 @@ cut in the SMT model's unit (rounds per chunk), for the SMT sweep's bound on ins
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from fractions import Fraction
 
 import networkx as nx
 import numpy as np
 
 from collsynth.collectives import Collective, make_collective
-from collsynth.topologies import Switch, Topology
+from collsynth.topologies import Topology
+from collsynth.topologies.symmetry import reversed_topology
 
 MIB = 1024 * 1024
 BALL_CENTRES = 8  # ranks (spread evenly) whose balls of every radius are tried as cut sets
@@ -144,14 +145,6 @@ def ingress_bound_us(topology: Topology, collective: Collective, size_bytes: int
     """The single-rank cuts only: each rank must receive what it lacks through its own links."""
     chunk_mb = size_bytes / max(collective.input_chunks, collective.output_chunks) / MIB
     return _Cuts(*_dual(topology, collective), chunk_mb).ingress()
-
-
-def reversed_topology(topology: Topology) -> Topology:
-    """Every link (and switch budget) turned around; costs kept."""
-    links = tuple(replace(x, src=x.dst, dst=x.src) for x in topology.links)
-    switches = tuple(Switch(s.name, frozenset((b, a) for a, b in s.links), s.bandwidth, s.beta_us_per_mb)
-                     for s in topology.switches)
-    return replace(topology, name=f"{topology.name}(reversed)", links=links, switches=switches)
 
 
 def cut_bound_rounds_per_chunk(topology: Topology, collective: Collective) -> Fraction:

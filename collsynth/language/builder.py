@@ -54,6 +54,12 @@ def caller_location() -> tuple[int, str]:
     return frame.f_lineno, frame.f_code.co_filename
 
 
+def _at_least(value: Any, minimum: int) -> int | None:
+    """`value` as an int when it is an integer >= minimum (any integral type), else None."""
+    number = value if type(value) is int else _as_int(value)  # noqa: E721 - bool is no index; plain ints skip the call
+    return number if number is not None and number >= minimum else None
+
+
 def _as_int(value: Any) -> int | None:
     """An integer given as any integral type (numpy's too), else None; bools are not ranks."""
     if isinstance(value, bool):
@@ -133,21 +139,12 @@ class ProgramBuilder:
             name = buffer_name(buffer)
         except TypeError as exc:
             raise ProgramError(f"{where(line, file)}{exc}") from None
-        raw_index, raw_size = index, size
-        if type(index) is not int:  # noqa: E721 - as for rank
-            as_index = _as_int(index)
-            if as_index is None:
-                raise ProgramError(f"{where(line, file)}index {raw_index!r} of {name} must be an integer >= 0")
-            index = as_index
-        if index < 0:
-            raise ProgramError(f"{where(line, file)}index {raw_index!r} of {name} must be an integer >= 0")
-        if type(size) is not int:  # noqa: E721 - as for rank
-            as_size = _as_int(size)
-            if as_size is None:
-                raise ProgramError(f"{where(line, file)}size {raw_size!r} must be an integer >= 1")
-            size = as_size
-        if size < 1:
-            raise ProgramError(f"{where(line, file)}size {raw_size!r} must be an integer >= 1")
+        checked_index, checked_size = _at_least(index, 0), _at_least(size, 1)
+        if checked_index is None:
+            raise ProgramError(f"{where(line, file)}index {index!r} of {name} must be an integer >= 0")
+        if checked_size is None:
+            raise ProgramError(f"{where(line, file)}size {size!r} must be an integer >= 1")
+        index, size = checked_index, checked_size
         if self.collective.inplace:
             # MSCCLang resolves an in-place index with the rank that names it: a copy's destination index with
             # the SENDING rank's offset (get_buffer_index(self.rank, ...)), which in-place programs rely on

@@ -20,10 +20,10 @@ import numpy as np
 
 from collsynth.collectives import Collective, make_collective
 from collsynth.core.enums import Op, Status
-from collsynth.encodings.cut_bounds import reversed_topology
 from collsynth.schedule import COPY, REDUCE, Algorithm, Send, Step, SynthesisResult, verify
 from collsynth.synth.cluster.timexp import MIB, GreedyError, Transfers, run_greedy
 from collsynth.topologies import Topology
+from collsynth.topologies.symmetry import reversed_topology
 
 SUPPORTED = ("allgather", "broadcast", "gather", "scatter", "alltoall", "reducescatter", "reduce", "allreduce")
 

@@ -16,11 +16,11 @@ from dataclasses import replace
 
 from collsynth.collectives import Collective, make_collective
 from collsynth.core.enums import Op, Status
-from collsynth.encodings.cut_bounds import reversed_topology
 from collsynth.schedule import COPY, REDUCE, Algorithm, Send, Step, SynthesisResult, verify
 from collsynth.synth.cluster.greedy import _reverse, chunk_megabytes
 from collsynth.synth.cluster.timexp import GreedyError, Transfers, run_greedy
 from collsynth.topologies import Switch, Topology
+from collsynth.topologies.symmetry import reversed_topology
 
 
 def _groups(topology: Topology) -> list[list[int]]:

@@ -30,11 +30,12 @@ import networkx as nx
 
 from collsynth.collectives import Collective, make_collective
 from collsynth.core.enums import Status
-from collsynth.encodings.cut_bounds import cut_bound_us, reversed_topology
+from collsynth.encodings.cut_bounds import cut_bound_us
 from collsynth.schedule import COPY, REDUCE, Algorithm, Step, SynthesisResult, verify
 from collsynth.synth.cluster.greedy import _reverse, _steps, chunk_megabytes
 from collsynth.synth.cluster.timexp import MIB, GreedyError, run_greedy
 from collsynth.topologies import Topology
+from collsynth.topologies.symmetry import reversed_topology
 
 SUPPORTED = ("allgather", "broadcast", "reducescatter", "allreduce")
 MWU_TREES = 4  # arborescences per root for the generic packing
@@ -65,7 +66,10 @@ class Packing:
 
 
 def _shape(topology: Topology) -> tuple[str, tuple[int, ...]] | None:
-    base, _, args = topology.name.partition(":")
+    name = topology.name
+    if name.startswith("reversed(") and name.endswith(")"):  # topologies.symmetry.reversed_topology's spelling
+        name = name[len("reversed("):-1]
+    base, _, args = name.partition(":")
     args = args.split("@")[0].split("(")[0]
     dims = tuple(int(x) for x in args.replace("x", " ").split()) if args and args[0].isdigit() else ()
     if base == "torus" and dims and all(d > 2 for d in dims) and math.prod(dims) == topology.num_ranks:
