@@ -21,6 +21,10 @@ requires and what the executor's fixed-size arrays allow, in our words:
   threadblock (MAX_CHANNEL), 8 channels per operation (MAX_CHANNEL_PER_OPERATION), 16 device semaphores per
   GPU (MAX_DEVICE_SEMAPHORES); and input_chunks/output_chunks must be positive where a buffer is addressed.
 
+* refused here although the executor takes them: `pipeline` ops and `tbg_info` (both slice a chunk by bytes,
+  which collsynth's whole-chunk interpreter cannot check); a `barrier` needs `barrier_id` < 16
+  (MAX_DEVICE_SYNCERS) and 1 <= `num_threadblocks` <= the GPU's threadblocks.
+
 `check_plan(plan)` raises PlanSchemaError (one line: where, what, the fix) on the first violation.
 """
 
@@ -36,6 +40,13 @@ MAX_OPERATIONS_PER_TB = 64  # MAX_OPERATION
 MAX_CHANNELS_PER_TB = 16  # MAX_CHANNEL (per channel type)
 MAX_CHANNELS_PER_OP = 8  # MAX_CHANNEL_PER_OPERATION
 MAX_SEMAPHORES = 16  # MAX_DEVICE_SEMAPHORES
+MAX_BARRIERS = 16  # MAX_DEVICE_SYNCERS (barrier_id indexes the device syncers)
+# Accepted by the executor but refused here, each with why: collsynth's plan interpreter runs whole chunks,
+# and these two slice a chunk by bytes (so what they do depends on the message size).
+REFUSED_OPS = {"pipeline": "a pipeline op loops its inner ops over byte-sized units of a chunk (iter_context); "
+                           "collsynth checks whole-chunk plans only: unroll the loop into chunks"}
+REFUSED_KEYS = {"tbg_info": "tbg_info splits an op's chunks by bytes across a threadblock group; collsynth checks "
+                            "whole-chunk plans only: give each threadblock its own chunks"}
 
 OP_NAMES = frozenset({
     "nop", "barrier", "put", "pws", "pwsf", "get", "copy", "signal", "wait", "flush", "re", "res", "rre", "rres",
@@ -110,7 +121,7 @@ def _check_gpu(gpu: Any, rank: int, nranks: int) -> None:
     if not isinstance(tbs, list):
         raise PlanSchemaError(f"{where}: threadblocks must be a list")
     for t, tb in enumerate(tbs):
-        _check_tb(tb, f"{where}.threadblocks[{t}]", t, channels, remote, sizes, len(semaphores))
+        _check_tb(tb, f"{where}.threadblocks[{t}]", t, channels, remote, sizes, len(semaphores), len(tbs))
 
 
 def _gpu_channels(gpu: Mapping[str, Any], where: str, nranks: int) -> dict[str, int]:
@@ -144,7 +155,7 @@ def _gpu_channels(gpu: Mapping[str, Any], where: str, nranks: int) -> dict[str, 
 
 
 def _check_tb(tb: Any, where: str, position: int, channels: dict[str, int], remote: list[Any],
-              sizes: dict[str, int], semaphores: int) -> None:
+              sizes: dict[str, int], semaphores: int, threadblocks: int) -> None:
     _require(tb, ("id", "ops", "channels"), where)
     if tb["id"] != position:
         raise PlanSchemaError(f"{where}: id is {tb['id']!r}; threadblock ids must be 0..T-1 in order")
@@ -171,15 +182,25 @@ def _check_tb(tb: Any, where: str, position: int, channels: dict[str, int], remo
             _index(bid, len(remote), f"{where}.remote_buffer_refs[{k}]", "remote buffer id")
         refs[entry["access_channel_type"]] = refs.get(entry["access_channel_type"], 0) + len(entry["remote_buffer_ids"])
     for k, op in enumerate(ops):
-        _check_op(op, f"{where}.ops[{k}]", tb_channels, refs, sizes, semaphores)
+        _check_op(op, f"{where}.ops[{k}]", tb_channels, refs, sizes, semaphores, threadblocks)
 
 
 def _check_op(op: Any, where: str, tb_channels: dict[str, int], refs: dict[str, int], sizes: dict[str, int],
-              semaphores: int) -> None:
+              semaphores: int, threadblocks: int) -> None:
     _require(op, ("name",), where)
     name = op["name"]
     if name not in OP_NAMES:
         raise PlanSchemaError(f"{where}: unknown op {name!r} (the parser's ops: {', '.join(sorted(OP_NAMES))})")
+    if name in REFUSED_OPS:
+        raise PlanSchemaError(f"{where}: {REFUSED_OPS[name]}")
+    for key, why in REFUSED_KEYS.items():
+        if key in op:
+            raise PlanSchemaError(f"{where}: {why}")
+    if name == "barrier":
+        _require(op, ("barrier_id", "num_threadblocks"), where)
+        _index(op["barrier_id"], MAX_BARRIERS, where, "barrier_id (MAX_DEVICE_SYNCERS)")
+        _index(op["num_threadblocks"] - 1 if isinstance(op["num_threadblocks"], int) else None, threadblocks, where,
+               "num_threadblocks - 1 (threadblocks on this GPU that meet at the barrier, minus one)")
     kind = op.get("channel_type", "none")
     if kind not in CHANNEL_TYPES:
         raise PlanSchemaError(f"{where}: channel_type {kind!r} is not one of memory, port, switch, none")

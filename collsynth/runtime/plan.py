@@ -7,17 +7,11 @@ Semantics (MSCCL++ 0.9.x, see docs/formats.md and collsynth/emit/mscclpp_schema.
   a zero semaphore, a packet read of packets not yet written) blocks it; when no threadblock can move and
   work is left, that is a deadlock, reported with every stuck threadblock and what it waits for;
 * memory/port channels pair in order: the k-th channel of a type from rank r to p is the partner of the k-th
-  from p to r. `put` writes the local source into the peer's registered buffer (one-sided); `signal`
-  raises the partner's semaphore; `wait` takes one signal; `pws` / `pwsf` are put + signal (+ flush).
-  Data written by a peer's put may be read only after a wait that took a signal the writer sent after the
-  put (a read before that is a race: FAIL);
-* a port channel's put is a DMA the proxy does later: its source must not be written again, and the
-  threadblock must not finish, before a `flush` on that channel;
-* packets (LL): `ppkt` writes data + flags into the peer's scratch; `upkt` / `repkt` wait for the flags, so
-  they need no signal; `copy` / `re` are local (re: dst = src0 op src1 op ...); `glres` reads a chunk of every
-  rank of a switch group through the switch, reduces in rank order and stores the result to every member
-  (multimem ld_reduce + st); `gstore` stores a local chunk to every member; `sem_release` / `sem_acquire`
-  order threadblocks of one GPU; `nop` does nothing.
+  from p to r;
+* what each op does, and the data-visibility rule (vector clocks carried by signals), is in
+  collsynth.runtime.plan_ops; a port channel's put is a DMA the proxy does later: its source must not be
+  written again, and the threadblock must not finish, before a `flush` on that channel. Every op the schema
+  check accepts is run here (it refuses `pipeline` and `tbg_info`, which slice chunks by bytes).
 The postcondition is checked with the runtime's own checker (collsynth.runtime.check) on inputs made exact
 by layout.make_inputs.
 """
@@ -26,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,17 +32,14 @@ from collsynth.ir import Algo, Gpu, coll_spelling
 from collsynth.runtime.check import check_outputs
 from collsynth.runtime.layout import collective_for, make_inputs, plan_layout
 from collsynth.runtime.numerics import number_format, reducer, reduction_op
+from collsynth.runtime.plan_ops import HANDLERS, RACE, PlanFailure
 from collsynth.runtime.result import DEADLOCK, LAYOUT, MISMATCH, UNWRITTEN_READ, ExecutionError, ExecutionResult
 
-RACE = "race"  # a read of data a peer's put wrote before the matching wait, or a write under an unflushed DMA
+__all__ = ["RACE", "UNSUPPORTED", "checked_plan", "execute_plan", "plan_collective"]
+
 UNSUPPORTED = "unsupported-op"
 MAX_REPORTED = 20
-
-
-class _Failure(Exception):
-    def __init__(self, kind: str, message: str, details: Sequence[str] = ()) -> None:
-        super().__init__(message)
-        self.kind, self.message, self.details = kind, message, tuple(details)
+_Failure = PlanFailure
 
 
 def plan_collective(plan: Mapping[str, Any], collective: Collective | None = None) -> Collective:
@@ -113,8 +104,8 @@ class _Rank:
     storages: list[np.ndarray]
     places: dict[str, tuple[int, int, int]]  # buffer -> (storage, first chunk, chunks)
     written: list[np.ndarray]
-    writer: list[np.ndarray]  # rank whose remote write is not yet synchronized (-1: none)
-    writer_seq: list[np.ndarray]  # the writer's signal count to this rank at the write
+    writer: list[np.ndarray]  # rank that wrote the chunk last (-1: nobody)
+    writer_seq: list[np.ndarray]  # the writer's own vector-clock entry at the write
     packet: list[np.ndarray]  # chunk holds packets (LL): readable by upkt/repkt without a wait
     in_flight: list[np.ndarray]  # chunk is the source of an unflushed port put
     semaphores: list[int] = field(default_factory=list)
@@ -132,10 +123,12 @@ class _Machine:
         self.switches = [[(ch["buffer_type"], tuple(group["ranks"])) for ch in gpu["channels"]
                           if ch["channel_type"] == "switch" for group in ch["rank_groups"]] for gpu in self.gpus]
         self.partner = self._pair_channels()
-        self.inbox: dict[tuple[int, str, int], deque[int]] = {}  # (rank, type, channel) -> signal seqs
-        self.sent = np.zeros((n, n), dtype=np.int64)  # signals sent r -> p over any channel
-        self.seen = np.zeros((n, n), dtype=np.int64)  # highest signal seq from p that r has waited for
+        # (rank, type, channel) -> signals not yet waited for: the sender's vector clock (None: relaxed)
+        self.inbox: dict[tuple[int, str, int], deque[np.ndarray | None]] = {}
+        self.clock = np.zeros((n, n), dtype=np.int64)  # clock[r]: what rank r has synchronized with
         self.unflushed: dict[tuple[int, int], int] = {}  # (rank, port channel) -> puts since the last flush
+        self.barrier_arrivals: dict[tuple[int, int], int] = {}  # (rank, barrier id) -> arrivals so far
+        self.barrier_tickets: dict[tuple[int, int], int] = {}  # (rank, tb) -> its arrival number, while waiting
 
     def _rank(self, gpu: Mapping[str, Any], coll: Collective, elems: int, data: np.ndarray) -> _Rank:
         ic, oc, sc = coll.input_chunks, coll.output_chunks, gpu["scratch_chunks"]
@@ -150,13 +143,15 @@ class _Machine:
             places = {"i": (0, start_i, ic), "o": (0, start_o, oc), "s": (1, 0, sc)}
             written = [np.zeros(size, dtype=bool), np.zeros(sc, dtype=bool)]
             written[0][start_i:start_i + ic] = True
+            owner = [np.full(size, -1), np.full(sc, -1)]
+            owner[0][start_i:start_i + ic] = rank
         else:
             storages = [data.copy(), np.zeros((oc, elems), dtype=data.dtype), np.zeros((sc, elems), dtype=data.dtype)]
             places = {"i": (0, 0, ic), "o": (1, 0, oc), "s": (2, 0, sc)}
             written = [np.ones(ic, dtype=bool), np.zeros(oc, dtype=bool), np.zeros(sc, dtype=bool)]
+            owner = [np.full(ic, rank), np.full(oc, -1), np.full(sc, -1)]
         sizes = [len(s) for s in storages]
-        return _Rank(storages, places, written, [np.full(k, -1) for k in sizes], [np.zeros(k, dtype=np.int64)
-                                                                                for k in sizes],
+        return _Rank(storages, places, written, owner, [np.zeros(k, dtype=np.int64) for k in sizes],
                      [np.zeros(k, dtype=bool) for k in sizes], [np.zeros(k, dtype=bool) for k in sizes],
                      [int(s["init_value"]) for s in gpu.get("semaphores", [])])
 
@@ -194,9 +189,9 @@ class _Machine:
                 raise _Failure(RACE, f"{what} reads packets in rank {rank} {buf}[{index}:{index + size}] as plain "
                                "data; use upkt/repkt")
             for w, seq in zip(state.writer[storage][rows], state.writer_seq[storage][rows], strict=True):
-                if w >= 0 and w != reader and self.seen[reader, w] <= seq:
-                    raise _Failure(RACE, f"{what} reads rank {rank} {buf}[{index}:{index + size}] that rank {w} put "
-                                   f"there before rank {reader} waited for rank {w}'s signal after the put")
+                if w >= 0 and w != reader and self.clock[reader, w] <= seq:
+                    raise _Failure(RACE, f"{what} reads rank {rank} {buf}[{index}:{index + size}] that rank {w} wrote "
+                                   f"before rank {reader} waited for a signal rank {w} sent after the write")
         return state.storages[storage][rows].copy()
 
     def _write(self, rank: int, writer: int, buf: str, index: int, size: int, data: np.ndarray, what: str,
@@ -209,8 +204,26 @@ class _Machine:
         state.storages[storage][rows] = data
         state.written[storage][rows] = True
         state.packet[storage][rows] = packets
-        state.writer[storage][rows] = writer if writer != rank else -1
-        state.writer_seq[storage][rows] = self.sent[writer, rank]
+        state.writer[storage][rows] = writer
+        state.writer_seq[storage][rows] = self.clock[writer, writer]
+
+    def _signal(self, rank: int, kind: str, channel: int, relaxed: bool) -> None:
+        """One signal to the partner channel; a non-relaxed one publishes everything `rank` knows."""
+        peer = self.peers[rank][kind][channel]
+        self.clock[rank, rank] += 1
+        stamp = None if relaxed else self.clock[rank].copy()
+        self.inbox.setdefault((peer, kind, self.partner[(rank, kind, channel)]), deque()).append(stamp)
+
+    def _take_signal(self, rank: int, kind: str, channel: int, relaxed: bool) -> None:
+        stamp = self.inbox[(rank, kind, channel)].popleft()
+        if stamp is not None and not relaxed:
+            np.maximum(self.clock[rank], stamp, out=self.clock[rank])
+
+    def _start_dma(self, rank: int, channel: int, src: Mapping[str, Any], what: str) -> None:
+        """A port put: the proxy reads `src` later, so it is in flight until a flush on the channel."""
+        storage, rows = self._slot(rank, str(src["type"]), int(src["index"]), int(src["size"]), what)
+        self.ranks[rank].in_flight[storage][rows] = True
+        self.unflushed[(rank, channel)] = self.unflushed.get((rank, channel), 0) + 1
 
     # --- running -------------------------------------------------------------------------------
     def run(self) -> int:
@@ -245,20 +258,11 @@ class _Machine:
         local = [cid for entry in tb["channels"] if entry["channel_type"] == kind for cid in entry["channel_ids"]]
         return kind, [local[c] for c in op.get("channel_ids", [])]
 
-    def _remote(self, rank: int, tb: Mapping[str, Any], kind: str, buff: Mapping[str, Any], peer: int,
-                what: str) -> str:
-        refs = [b for entry in tb.get("remote_buffer_refs", []) if entry["access_channel_type"] == kind
-                for b in entry["remote_buffer_ids"]]
-        info = self.gpus[rank]["remote_buffers"][refs[buff["buffer_id"]]]
-        if info["rank"] != peer:
-            raise _Failure(LAYOUT, f"{what} puts through a channel to rank {peer} into a buffer of rank {info['rank']}")
-        return str(info["type"])
-
     def _step(self, rank: int, tb: Mapping[str, Any], op: Mapping[str, Any], what: str) -> bool:
         name = op["name"]
         what = f"{what} ({name})"
         kind, channels = self._channels(tb, op)
-        handler = _HANDLERS.get(name)
+        handler = HANDLERS.get(name)
         if handler is None:
             raise _Failure(UNSUPPORTED, f"{what}: the plan interpreter does not run {name!r} ops")
         return handler(self, rank, tb, op, kind, channels, what)
@@ -273,165 +277,6 @@ class _Machine:
     def output_written(self) -> list[np.ndarray]:
         return [state.written[state.places["o"][0]][state.places["o"][1]:state.places["o"][1] + state.places["o"][2]]
                 for state in self.ranks]
-
-
-# --- op handlers: return False when the op must wait --------------------------------------------------
-
-Handler = Callable[["_Machine", int, Any, Any, str, list[int], str], bool]
-
-
-def _local(buff: Mapping[str, Any]) -> tuple[str, int, int]:
-    return str(buff["type"]), int(buff["index"]), int(buff["size"])
-
-
-def _op_put(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str,
-            packets: bool = False) -> bool:
-    srcs, dsts = op.get("src_buff", []), op.get("dst_buff", [])
-    if not channels or len(dsts) != len(channels) or not srcs:
-        raise _Failure(LAYOUT, f"{what} needs one dst_buff per channel id and a src_buff")
-    for k, channel in enumerate(channels):
-        peer = m.peers[rank][kind][channel]
-        src = srcs[min(k, len(srcs) - 1)]
-        data = m._read(rank, rank, *_local(src), what)
-        buf = m._remote(rank, tb, kind, dsts[k], peer, what)
-        m._write(peer, rank, buf, int(dsts[k]["index"]), int(dsts[k]["size"]), data, what, packets)
-        if kind == "port":
-            storage, rows = m._slot(rank, *_local(src), what)
-            m.ranks[rank].in_flight[storage][rows] = True
-            m.unflushed[(rank, channel)] = m.unflushed.get((rank, channel), 0) + 1
-    return True
-
-
-def _op_ppkt(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str) -> bool:
-    return _op_put(m, rank, tb, op, kind, channels, what, packets=True)
-
-
-def _op_signal(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str) -> bool:
-    for channel in channels:
-        peer = m.peers[rank][kind][channel]
-        m.sent[rank, peer] += 1
-        m.inbox.setdefault((peer, kind, m.partner[(rank, kind, channel)]), deque()).append(int(m.sent[rank, peer]))
-    return True
-
-
-def _op_wait(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str) -> bool:
-    if any(not m.inbox.get((rank, kind, channel)) for channel in channels):
-        return False
-    for channel in channels:
-        peer = m.peers[rank][kind][channel]
-        seq = m.inbox[(rank, kind, channel)].popleft()
-        m.seen[rank, peer] = max(m.seen[rank, peer], seq)
-    return True
-
-
-def _op_flush(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str) -> bool:
-    for channel in channels:
-        m.unflushed[(rank, channel)] = 0
-    if not any(m.unflushed.get((rank, c)) for c in range(len(m.peers[rank]["port"]))):
-        for flags in m.ranks[rank].in_flight:
-            flags[...] = False
-    return True
-
-
-def _op_pws(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str) -> bool:
-    return _op_put(m, rank, tb, op, kind, channels, what) and _op_signal(m, rank, tb, op, kind, channels, what)
-
-
-def _op_pwsf(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str) -> bool:
-    return _op_pws(m, rank, tb, op, kind, channels, what) and _op_flush(m, rank, tb, op, kind, channels, what)
-
-
-def _op_copy(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str,
-             packets: bool = False) -> bool:
-    src, dst = op["src_buff"][0], op["dst_buff"][0]
-    if packets and not _packets_ready(m, rank, [src]):
-        return False
-    data = m._read(rank, rank, *_local(src), what, packets=packets)
-    m._write(rank, rank, *_local(dst), data, what)
-    return True
-
-
-def _op_upkt(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str) -> bool:
-    return _op_copy(m, rank, tb, op, kind, channels, what, packets=True)
-
-
-def _packets_ready(m: _Machine, rank: int, buffs: list[Any]) -> bool:
-    for buff in buffs:
-        storage, rows = m._slot(rank, *_local(buff), "packet read")
-        if not m.ranks[rank].packet[storage][rows].all():
-            return False
-    return True
-
-
-def _op_reduce(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str,
-               packets: bool = False) -> bool:
-    srcs, dst = op["src_buff"], op["dst_buff"][0]
-    if packets and not _packets_ready(m, rank, srcs[1:]):
-        return False
-    total = m._read(rank, rank, *_local(srcs[0]), what)
-    for src in srcs[1:]:
-        total = m.reduce(total, m._read(rank, rank, *_local(src), what, packets=packets))
-    m._write(rank, rank, *_local(dst), total, what)
-    return True
-
-
-def _op_repkt(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str) -> bool:
-    return _op_reduce(m, rank, tb, op, kind, channels, what, packets=True)
-
-
-def _switch(m: _Machine, rank: int, tb: Any, buff: Mapping[str, Any]) -> tuple[str, tuple[int, ...]]:
-    local = [cid for entry in tb["channels"] if entry["channel_type"] == "switch" for cid in entry["channel_ids"]]
-    return m.switches[rank][local[buff["switch_channel_id"]]]
-
-
-def _op_glres(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str) -> bool:
-    src, dst = op["src_buff"][0], op["dst_buff"][0]
-    buf, group = _switch(m, rank, tb, src)
-    total = None
-    for member in sorted(group):
-        data = m._read(member, rank, buf, int(src["index"]), int(src["size"]), what)
-        total = data if total is None else m.reduce(total, data)
-    assert total is not None  # a switch group has members (schema-checked)
-    out_buf, out_group = _switch(m, rank, tb, dst)
-    for member in out_group:
-        m._write(member, rank, out_buf, int(dst["index"]), int(dst["size"]), total, what)
-    return True
-
-
-def _op_gstore(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str) -> bool:
-    src, dst = op["src_buff"][0], op["dst_buff"][0]
-    data = m._read(rank, rank, *_local(src), what)
-    out_buf, out_group = _switch(m, rank, tb, dst)
-    for member in out_group:
-        m._write(member, rank, out_buf, int(dst["index"]), int(dst["size"]), data, what)
-    return True
-
-
-def _op_sem_release(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str) -> bool:
-    for sid in op["semaphore_ids"]:
-        m.ranks[rank].semaphores[sid] += 1
-    return True
-
-
-def _op_sem_acquire(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str) -> bool:
-    semaphores = m.ranks[rank].semaphores
-    if any(semaphores[sid] < op["semaphore_ids"].count(sid) for sid in op["semaphore_ids"]):
-        return False
-    for sid in op["semaphore_ids"]:
-        semaphores[sid] -= 1
-    return True
-
-
-def _op_nop(m: _Machine, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str) -> bool:
-    return True
-
-
-_HANDLERS: Mapping[str, Handler] = {
-    "put": _op_put, "pws": _op_pws, "pwsf": _op_pwsf, "ppkt": _op_ppkt, "signal": _op_signal, "wait": _op_wait,
-    "flush": _op_flush,
-    "copy": _op_copy, "upkt": _op_upkt, "re": _op_reduce, "repkt": _op_repkt, "glres": _op_glres,
-    "gstore": _op_gstore, "sem_release": _op_sem_release, "sem_acquire": _op_sem_acquire, "nop": _op_nop,
-}
 
 
 def checked_plan(plan: Mapping[str, Any], collective: Collective | None = None, nbytes: int | None = None,
