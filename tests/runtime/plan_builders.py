@@ -115,7 +115,8 @@ def packet_allreduce(n: int, flavour: str) -> dict[str, Any]:
             out.append({"name": "respkt", "channel_type": "memory", "src_buff": [_local("i", rank)] + inbox,
                         "dst_buff": [_local("i", rank)] + results})
         elif flavour == "recpkt":
-            out.append({"name": "recpkt", "src_buff": [_local("i", rank)] + inbox, "dst_buff": [_local("i", rank), own]})
+            out.append({"name": "recpkt", "src_buff": [_local("i", rank)] + inbox,
+                        "dst_buff": [_local("i", rank), own]})
             out += [{"name": "rppkt", "channel_type": "memory", "channel_ids": [k], "src_buff": [own],
                      "dst_buff": [results[k]]} for k in range(n - 1)]
         else:
