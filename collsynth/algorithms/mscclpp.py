@@ -10,7 +10,8 @@ the lowering; this stage only names them):
 The fifth cannot be said in the DSL (MSCCL-IR has no multimem step), so it is written directly as a plan:
 * `mscclpp_2pa_switch`: two-phase all-pairs on NVLink SHARP: rank r asks the switch to load-reduce chunk r
   of every rank's buffer and to store the sum back to every rank (`glres`, one multimem ld_reduce + st), with a
-  signal/wait barrier over memory channels before (inputs ready) and after (results visible).
+  signal/wait barrier over memory channels before (inputs ready) and after (results visible); in place, or
+  out of place (reads the input buffers' multicast address, stores to the output buffers').
 """
 
 from __future__ import annotations
@@ -57,34 +58,38 @@ def supports_switch_channels(topology_name: str) -> bool:
     return topology_name in NVLS_TOPOLOGIES
 
 
-def switch_allreduce_plan(num_ranks: int, name: str = "mscclpp_2pa_switch") -> dict[str, Any]:
-    """The in-place AllReduce plan of `mscclpp_2pa_switch` for `num_ranks` GPUs on one NVLS switch: each
-    rank's buffer is `num_ranks` chunks; rank r reduces chunk r through the switch."""
+def switch_allreduce_plan(num_ranks: int, name: str = "mscclpp_2pa_switch", inplace: bool = True) -> dict[str, Any]:
+    """The AllReduce plan of `mscclpp_2pa_switch` for `num_ranks` GPUs on one NVLS switch: each rank's buffer
+    is `num_ranks` chunks; rank r reduces chunk r through the switch. In place, one switch channel (the
+    input buffer) is read and written; out of place, the reduction reads the input buffers' switch channel and
+    stores through the output buffers'."""
     if num_ranks < 2:
         raise AlgorithmError(f"{name} needs at least 2 ranks, got {num_ranks}")
+    group = [{"size": num_ranks, "ranks": list(range(num_ranks))}]
+    switches = [{"channel_type": "switch", "buffer_type": "i", "rank_groups": group}]
+    if not inplace:
+        switches.append({"channel_type": "switch", "buffer_type": "o", "rank_groups": group})
+    out = len(switches) - 1
     gpus = []
     for rank in range(num_ranks):
         peers = [p for p in range(num_ranks) if p != rank]
         barrier = _barrier(len(peers))
-
         reduce = {"name": "glres", "channel_type": "switch", "reduce_op": "sum",
                   "src_buff": [{"switch_channel_id": 0, "index": rank, "size": 1}],
-                  "dst_buff": [{"switch_channel_id": 0, "index": rank, "size": 1}]}
+                  "dst_buff": [{"switch_channel_id": out, "index": rank, "size": 1}]}
         tb = {"id": 0, "ops": barrier + [reduce] + barrier,
               "channels": [{"channel_type": "memory", "channel_ids": list(range(len(peers)))},
-                           {"channel_type": "switch", "channel_ids": [0]}],
+                           {"channel_type": "switch", "channel_ids": list(range(len(switches)))}],
               "remote_buffer_refs": []}
         gpus.append({
             "id": rank, "input_chunks": num_ranks, "output_chunks": num_ranks, "scratch_chunks": 0,
-            "threadblocks": [tb],
-            "channels": [{"channel_type": "memory", "connected_to": peers},
-                         {"channel_type": "switch", "buffer_type": "i",
-                          "rank_groups": [{"size": num_ranks, "ranks": list(range(num_ranks))}]}],
+            "threadblocks": [tb], "channels": [{"channel_type": "memory", "connected_to": peers}, *switches],
             "remote_buffers": [], "semaphores": [],
         })
-    return {"name": name, "collective": "allreduce", "protocol": "Simple", "inplace": True,
+    return {"name": name, "collective": "allreduce", "protocol": "Simple", "inplace": inplace,
             "reuse_resources": False, "use_double_scratch_buffer": False, "buffer_alignment": 16,
-            "min_message_size": 0, "max_message_size": 2**64 - 1, "num_threads_per_block": 1024, "gpus": gpus}
+            "min_message_size": 0, "max_message_size": 2**64 - 1,
+            "num_threads_per_block": 1024, "gpus": gpus}
 
 
 def _barrier(num_peers: int) -> list[dict[str, Any]]:

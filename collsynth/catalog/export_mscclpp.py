@@ -1,65 +1,42 @@
-"""`catalog export --mscclpp DIR`: the MSCCL++ library's execution plans for a topology, each checked by the
-plan interpreter, written as `DIR/<topology>/<plan name>.json` -- one plan file per algorithm, the form the
-MSCCL++ executor loads (`ExecutionPlan(path, rank)`), a directory of them per machine for the plan-directory
-loading path of its NCCL interface (it picks a plan by collective, in-place-ness and message size range).
+"""`catalog export --mscclpp DIR` and `catalog best --mscclpp`: MSCCL-IR or an MSCCL++ plan per size, from the
+catalog's verified MSCCL-IR entries (each lowered to plans) and the MSCCL++ library's plans.
+
+The plans written are the ones predicted fastest among plans over the size grid, each with the message size
+range it wins, as `DIR/<topology>/<plan name>.json` (`:` in a topology's name as `_`) -- one plan file per
+algorithm, the form the MSCCL++ executor loads (`ExecutionPlan(path, rank)`), a directory per machine for the plan-directory loading path of
+its NCCL interface (it picks a plan by collective, in-place-ness and message size range). Every plan has
+passed the schema check and the plan interpreter before it is written (collsynth.tune.backend).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from collsynth.algorithms.mscclpp import (
-    MSCCLPP_VARIANTS,
-    MscclppVariant,
-    supports_switch_channels,
-    switch_allreduce_plan,
-)
-from collsynth.algorithms.registry import build
-from collsynth.compiler import compile_program
-from collsynth.core.errors import CollsynthError
+from collsynth.catalog.db import Catalog
+from collsynth.catalog.query import find_topology
+from collsynth.collectives.spec import canonical_name
 from collsynth.core.files import write_atomic
-from collsynth.emit.mscclpp import ir_to_plan, plan_to_json
-from collsynth.ir import Algo
-from collsynth.runtime.plan import checked_plan
+from collsynth.emit.mscclpp import plan_to_json
 from collsynth.topologies.model import Topology
+from collsynth.tune.backend import (
+    BackendChoice,
+    PlanCandidate,
+    VariantPlan,
+    choose_backends,
+    library_plan_candidates,
+    lowered_plans,
+    mscclpp_plans,
+    plan_times,
+    variant_fits,
+    variant_plan,
+)
 
-
-@dataclass(frozen=True)
-class VariantPlan:
-    variant: MscclppVariant
-    plan: dict[str, Any]
-    ir: Algo | None  # the MSCCL-IR the plan was lowered from (None for a direct plan)
-
-
-def variant_fits(variant: MscclppVariant, topology: Topology) -> str | None:
-    """None when the variant can be built for the topology, else why not."""
-    if variant.multi_node and topology.num_nodes < 2:
-        return "needs several nodes"
-    if not variant.multi_node and topology.num_nodes > 1 and variant.channels != "port":
-        return "a one-node algorithm (its memory channels or switch need one node)"
-    if variant.channels == "switch" and not supports_switch_channels(topology.name):
-        return "needs NVLink SHARP switch channels (h100_nvswitch)"
-    return None
-
-
-def variant_plan(variant: MscclppVariant, topology: Topology) -> VariantPlan:
-    """The variant's plan for the topology, schema-checked and passed by the plan interpreter."""
-    why = variant_fits(variant, topology)
-    if why is not None:
-        raise CollsynthError(f"{variant.name} does not fit {topology.name}: {why}")
-    if variant.library_program is None:
-        plan, ir = switch_allreduce_plan(topology.num_ranks, variant.name), None
-    else:
-        ir = compile_program(build(variant.library_program, topology, protocol=variant.protocol, inplace=True))
-        plan = ir_to_plan(ir, topology, variant.channels, name=variant.name, groups=variant.groups)
-    checked_plan(plan)
-    return VariantPlan(variant, plan, ir)
-
-
-def mscclpp_plans(topology: Topology) -> list[VariantPlan]:
-    return [variant_plan(v, topology) for v in MSCCLPP_VARIANTS if variant_fits(v, topology) is None]
+__all__ = ["SizeChoice", "VariantPlan", "catalog_backends", "choose_per_size", "export_mscclpp", "mscclpp_plans",
+           "plan_ranges", "variant_fits", "variant_plan"]
 
 
 @dataclass(frozen=True)
@@ -71,38 +48,86 @@ class SizeChoice:
 
 
 def choose_per_size(topology: Topology, sizes: list[int], dtype: str = "float32") -> list[SizeChoice]:
-    """Per size, the fastest of every fitting variant's plan and (where it has one) its MSCCL-IR, as the
+    """Per size, the fastest of every library variant's plan and (where it has one) its MSCCL-IR, as the
     simulator predicts them (collsynth.sim for the IR, collsynth.sim.mscclpp for the plan: one cost model)."""
     from collsynth.sim import simulate
-    from collsynth.sim.mscclpp import simulate_plan
 
-    candidates: list[tuple[str, str, list[float]]] = []
-    for item in mscclpp_plans(topology):
-        rows = simulate_plan(item.plan, topology, sizes, dtype=dtype).rows
-        candidates.append((item.variant.name, "mscclpp", [row.time_us for row in rows]))
-        if item.ir is not None:
-            rows = simulate(item.ir, topology, sizes, dtype=dtype).rows
-            candidates.append((item.variant.name, "msccl", [row.time_us for row in rows]))
-    choices = []
-    for k, size in enumerate(sizes):
-        name, runtime, times = min(candidates, key=lambda c: c[2][k])
-        choices.append(SizeChoice(size, name, runtime, times[k]))
-    return choices
+    items = mscclpp_plans(topology)
+    times = plan_times([PlanCandidate(i.variant.name, i.plan, "library") for i in items], topology, sizes, dtype)
+    ir_times = {i.variant.name: [r.time_us for r in simulate(i.ir, topology, sizes, dtype=dtype).rows]
+                for i in items if i.ir is not None}
+    return [SizeChoice(c.size_bytes, c.name, "msccl" if c.backend == "ir" else "mscclpp", c.time_us)
+            for c in choose_backends(sizes, ir_times, times)]
 
 
-def plan_ranges(topology: Topology, sizes: list[int]) -> list[tuple[VariantPlan, int, int]]:
-    """The plans that the simulator predicts fastest (among plans) somewhere on `sizes`, each with the message
-    size range it wins, [min, max] in bytes: from its first winning size (0 for the smallest) to just below
-    the next winner's first size (no upper limit for the largest). A plan winning two separate ranges appears
-    twice."""
-    from collsynth.sim.mscclpp import simulate_plan
+@dataclass(frozen=True)
+class CatalogBackends:
+    """One (topology, collective, in-place) group: the choices per size and the plans that competed."""
 
-    plans = mscclpp_plans(topology)
+    topology: Topology
+    collective: str
+    inplace: bool
+    choices: list[BackendChoice]
+    plans: list[PlanCandidate]
+    plan_times: dict[str, list[float]]
+    refused: list[str]  # why some entries could not become plans (one line each)
+
+
+def catalog_backends(catalog: Catalog, topology_spec: str, collective: str, sizes: Sequence[int],
+                     dtype: str = "float32") -> list[CatalogBackends]:
+    """Per in-place-ness: the catalog's verified entries of (topology, collective) as MSCCL-IR and lowered to
+    plans, plus the library's plans, chosen per size."""
+    from collsynth.emit.msccl_xml import read_xml
+    from collsynth.sim import simulate
+
+    fingerprint, topology = find_topology(catalog, topology_spec)
+    coll = canonical_name(collective)
+    entries = catalog.entries(fingerprint=fingerprint, collective=coll, status="ok")
+    groups = []
+    for inplace in sorted({e.variant.inplace for e in entries} | ({True} if coll == "allreduce" else set()),
+                          reverse=True):
+        ir_times: dict[str, list[float]] = {}
+        plans = library_plan_candidates(topology, coll, inplace)
+        refused: list[str] = []
+        for entry in (e for e in entries if e.variant.inplace == inplace):
+            ir = read_xml(catalog.xml_text(entry))
+            label = f"{entry.name}@{entry.id[:8]}"
+            ir_times[f"ir:{label}"] = [row.time_us for row in simulate(ir, topology, list(sizes), dtype=dtype).rows]
+            tuned = _tuned_times(entry.provenance, sizes)
+            if tuned:
+                ir_times[f"ir:{label} tuned"] = tuned
+            lowered, why = lowered_plans(ir, topology, label)
+            plans += lowered
+            refused += why
+        times = plan_times(plans, topology, sizes, dtype)
+        groups.append(CatalogBackends(topology, coll, inplace, choose_backends(sizes, ir_times, times), plans, times,
+                                      refused))
+    return groups
+
+
+def _tuned_times(provenance: Mapping[str, Any], sizes: Sequence[int]) -> list[float] | None:
+    """The entry's tuned configuration's time per size (collsynth.tune records in the catalog), where a record
+    is for that size; inf elsewhere; None when it has no record at any of the sizes."""
+    records = provenance.get("tuned")
+    if not isinstance(records, list):
+        return None
+    by_size: dict[int, float] = {}
+    for record in records:
+        for key in ("requested_bytes", "size_bytes"):
+            by_size.setdefault(int(record[key]), float(record["time_us"]))
+    times = [by_size.get(size, math.inf) for size in sizes]
+    return times if any(math.isfinite(t) for t in times) else None
+
+
+def plan_ranges(plans: Sequence[Any], times: dict[str, list[float]], sizes: Sequence[int],
+                ) -> list[tuple[Any, int, int]]:
+    """The plans predicted fastest (among plans) somewhere on `sizes`, each with the message size range it
+    wins, [min, max] in bytes: from its first winning size (0 for the smallest) to just below the next
+    winner's first size (no upper limit for the largest). A plan winning two separate ranges appears twice."""
     if not plans or not sizes:
         return []
-    times = [[row.time_us for row in simulate_plan(item.plan, topology, sizes).rows] for item in plans]
-    winners = [min(range(len(plans)), key=lambda p: times[p][k]) for k in range(len(sizes))]
-    ranges: list[tuple[VariantPlan, int, int]] = []
+    winners = [min(range(len(plans)), key=lambda p: times[plans[p].name][k]) for k in range(len(sizes))]
+    ranges: list[tuple[Any, int, int]] = []
     start = 0
     for k in range(1, len(sizes) + 1):
         if k == len(sizes) or winners[k] != winners[start]:
@@ -113,22 +138,43 @@ def plan_ranges(topology: Topology, sizes: list[int]) -> list[tuple[VariantPlan,
     return ranges
 
 
-def export_mscclpp(topologies: list[Topology], directory: Path, sizes: list[int] | None = None) -> list[Path]:
-    """Per topology, write the plans that win some message size (predicted among plans over `sizes`, default
-    1KB..1GB by powers of 2), each with min/max_message_size set to its range, to DIR/<topology>/<name>.json;
-    the executor's NCCL interface picks a plan by collective and size range from such a directory. Every
-    plan passed the plan interpreter (variant_plan). Returns the paths written."""
+def export_mscclpp(topologies: list[Topology], directory: Path, sizes: list[int] | None = None,
+                   catalog: Catalog | None = None, collectives: Sequence[str] = ()) -> list[Path]:
+    """Per topology (and per collective and in-place-ness), write the plans that win some message size
+    (predicted among plans over `sizes`, default 1KB..1GB by powers of 2), each with min/max_message_size set
+    to its range, to DIR/<topology>/<name>.json. With a catalog, its verified MSCCL-IR entries lowered to
+    plans compete with the library's plans; without one (or for a topology it lacks), the library's plans
+    alone. Every plan passed the schema check and the plan interpreter. Returns the paths written."""
     from collsynth.sim.nccl import size_sweep
 
     sizes = sizes or size_sweep(1 << 10, 1 << 30)
     written = []
     for topology in topologies:
-        seen: dict[str, int] = {}
-        for item, low, high in plan_ranges(topology, sizes):
-            base = str(item.plan["name"])
-            seen[base] = seen.get(base, 0) + 1
-            name = base if seen[base] == 1 else f"{base}_{seen[base]}"
-            plan = dict(item.plan, name=name, min_message_size=low, max_message_size=high)
-            path = Path(directory) / topology.name / f"{name}.json"
-            written.append(write_atomic(path, plan_to_json(plan)))
+        for plans, times in _plan_groups(topology, sizes, catalog, collectives):
+            seen: dict[str, int] = {}
+            for item, low, high in plan_ranges(plans, times, sizes):
+                base = str(item.plan["name"])
+                seen[base] = seen.get(base, 0) + 1
+                name = base if seen[base] == 1 else f"{base}_{seen[base]}"
+                plan = dict(item.plan, name=name, min_message_size=low, max_message_size=high)
+                folder = "".join(c if c.isalnum() or c in "._-" else "_" for c in topology.name)
+                written.append(write_atomic(Path(directory) / folder / f"{name}.json", plan_to_json(plan)))
     return written
+
+
+def _plan_groups(topology: Topology, sizes: Sequence[int], catalog: Catalog | None, collectives: Sequence[str],
+                 ) -> list[tuple[list[PlanCandidate], dict[str, list[float]]]]:
+    wanted = {canonical_name(c) for c in collectives}
+    in_catalog = catalog is not None and any(fp == topology.fingerprint() for fp, _ in catalog.topologies())
+    if catalog is None or not in_catalog:
+        if wanted and "allreduce" not in wanted:
+            return []
+        library = library_plan_candidates(topology, "allreduce")
+        return [(library, plan_times(library, topology, sizes))] if library else []
+    present = sorted({e.collective for e in catalog.entries(fingerprint=topology.fingerprint(), status="ok")})
+    groups = []
+    for coll in (c for c in present if not wanted or c in wanted):
+        for group in catalog_backends(catalog, topology.name, coll, sizes):
+            if group.plans:
+                groups.append((group.plans, group.plan_times))
+    return groups

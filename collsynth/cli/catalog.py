@@ -176,13 +176,17 @@ def show(entry_id: str, db_path: Path, show_xml: bool) -> None:
 @click.option("--inplace/--out-of-place", "inplace", default=None, help="only in-place / out-of-place entries")
 @click.option("-n", "--top", default=5, show_default=True, type=click.IntRange(min=1), help="how many to rank")
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
+@click.option("--mscclpp", "with_plans", is_flag=True,
+              help="also the entries lowered to MSCCL++ plans and the library's plans: MSCCL-IR or plan at SIZE")
 def best(topology_spec: str, collective: str, size: str, db_path: Path, dtype: str, inplace: bool | None, top: int,
-         as_json: bool) -> None:
+         as_json: bool, with_plans: bool) -> None:
     """The fastest verified entry for TOPO, COLL at SIZE (nccl-tests size, e.g. 1MB), with the runners-up."""
     from collsynth.catalog import Catalog, rank_entries
 
     with Catalog(db_path) as db:
         ranked = rank_entries(db, topology_spec, collective, parse_size(size), dtype=dtype, inplace=inplace)[:top]
+        if with_plans:
+            _best_backend(db, topology_spec, collective, parse_size(size), dtype)
     from collsynth.catalog.select import tuned_at, tuned_ranges
 
     if as_json:
@@ -213,7 +217,8 @@ def best(topology_spec: str, collective: str, size: str, db_path: Path, dtype: s
 @click.option("--msccl", "directory", default=None, type=click.Path(file_okay=False, path_type=Path),
               help="write the MSCCL/RCCL algorithm directories, loader configs and report here")
 @click.option("--mscclpp", "mscclpp_dir", default=None, type=click.Path(file_okay=False, path_type=Path),
-              help="write the MSCCL++ library's checked execution plans for each -t topology here")
+              help="write, per -t topology, the MSCCL++ plans (catalog entries lowered, library plans) that win "
+                   "each size range")
 @click.option("-t", "--topology", "topologies", multiple=True, help="only these topologies (repeatable)")
 @click.option("-c", "--collective", "collectives", multiple=True, help="only these collectives (repeatable)")
 @click.option("-d", "--dtype", default=None, help="which simulated dtype decides (when the catalog has several)")
@@ -230,7 +235,7 @@ def export(db_path: Path, directory: Path | None, mscclpp_dir: Path | None, topo
     if directory is None and mscclpp_dir is None:
         raise click.UsageError("give --msccl DIR (MSCCL-IR export) and/or --mscclpp DIR (MSCCL++ plans)")
     if mscclpp_dir is not None:
-        _export_mscclpp(mscclpp_dir, topologies)
+        _export_mscclpp(mscclpp_dir, topologies, db_path, collectives)
     if directory is None:
         return
     with Catalog(db_path) as db:
@@ -239,15 +244,34 @@ def export(db_path: Path, directory: Path | None, mscclpp_dir: Path | None, topo
     click.echo(str(summary))
 
 
-def _export_mscclpp(directory: Path, topologies: tuple[str, ...]) -> None:
+def _export_mscclpp(directory: Path, topologies: tuple[str, ...], db_path: Path, collectives: tuple[str, ...],
+                    ) -> None:
+    from collsynth.catalog import Catalog
     from collsynth.catalog.export_mscclpp import export_mscclpp
     from collsynth.core.errors import CollsynthError
     from collsynth.topologies.io import resolve_topology
 
     if not topologies:
         raise CollsynthError("--mscclpp needs the topologies to write plans for: add -t NAME (e.g. -t h100_nvswitch)")
-    paths = export_mscclpp([resolve_topology(t) for t in topologies], directory)
-    click.echo(f"wrote {len(paths)} MSCCL++ execution plans (each passed the plan interpreter) to {directory}")
+    if not Path(db_path).exists():  # no catalog: the MSCCL++ library's plans alone
+        paths = export_mscclpp([resolve_topology(t) for t in topologies], directory, collectives=collectives)
+    else:
+        with Catalog(db_path) as db:
+            paths = export_mscclpp([resolve_topology(t) for t in topologies], directory, catalog=db,
+                                   collectives=collectives)
+    click.echo(f"wrote {len(paths)} MSCCL++ execution plans (each passed the schema check and the plan interpreter) "
+               f"to {directory}")
+
+
+def _best_backend(db, topology_spec: str, collective: str, size: int, dtype: str) -> None:  # type: ignore[no-untyped-def]
+    from collsynth.catalog.export_mscclpp import catalog_backends
+
+    for group in catalog_backends(db, topology_spec, collective, [size], dtype):
+        for c in group.choices:
+            ir = f"{c.best_ir[0]} {c.best_ir[1]:.2f} us" if c.best_ir else "none"
+            plan = f"{c.best_plan[0]} {c.best_plan[1]:.2f} us" if c.best_plan else "none"
+            click.echo(f"{'in-place' if group.inplace else 'out-of-place'} at {format_size(c.size_bytes)}: "
+                       f"{'MSCCL-IR' if c.backend == 'ir' else 'MSCCL++ plan'} wins (best IR: {ir}; best plan: {plan})")
 
 
 def _entry_json(entry) -> dict:  # type: ignore[no-untyped-def]

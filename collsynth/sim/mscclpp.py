@@ -223,8 +223,8 @@ class _PlanTimer:
         return finish
 
     def _glres(self, rank: int, tb: Mapping[str, Any], op: Mapping[str, Any], mb: float, now: float) -> float:
-        group = [r for g in self.gpus[rank]["channels"] if g["channel_type"] == "switch" for grp in g["rank_groups"]
-                 for r in grp["ranks"]]
+        group = sorted({r for g in self.gpus[rank]["channels"] if g["channel_type"] == "switch"
+                        for grp in g["rank_groups"] for r in grp["ranks"]})  # an out-of-place plan lists it twice
         peer = next(p for p in range(self.topology.num_ranks) if p != rank)
         link = self.topology.link(rank, peer)
         if link is None:

@@ -56,7 +56,8 @@ def test_time_grows_with_size_and_rows_follow_nccl_tests():
 def test_switch_reduce_moves_less_through_each_port_than_memory_channels():
     """2PA over the switch sends (n+1)/n of the buffer through each GPU port per direction, memory-channel 2PA
     2(n-1)/n: at bandwidth-bound sizes the model must show the switch ahead (computed from the port budgets)."""
-    from collsynth.catalog.export_mscclpp import MSCCLPP_VARIANTS, variant_plan
+    from collsynth.algorithms.mscclpp import MSCCLPP_VARIANTS
+    from collsynth.tune.backend import variant_plan
 
     topology = resolve_topology("h100_nvswitch")
     variants = {v.name: v for v in MSCCLPP_VARIANTS}
