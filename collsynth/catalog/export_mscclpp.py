@@ -3,9 +3,10 @@ catalog's verified MSCCL-IR entries (each lowered to plans) and the MSCCL++ libr
 
 The plans written are the ones predicted fastest among plans over the size grid, each with the message size
 range it wins, as `DIR/<topology>/<plan name>.json` (`:` in a topology's name as `_`) -- one plan file per
-algorithm, the form the MSCCL++ executor loads (`ExecutionPlan(path, rank)`), a directory per machine for the plan-directory loading path of
-its NCCL interface (it picks a plan by collective, in-place-ness and message size range). Every plan has
-passed the schema check and the plan interpreter before it is written (collsynth.tune.backend).
+algorithm, the form the MSCCL++ executor loads (`ExecutionPlan(path, rank)`), a directory per machine for the
+plan-directory loading path of its NCCL interface (it picks a plan by collective, in-place-ness and message
+size range). Every plan has passed the schema check and the plan interpreter before it is written
+(collsynth.tune.backend).
 """
 
 from __future__ import annotations
