@@ -4,6 +4,7 @@ switch-channel 2PA against the memory-channel 2PA.
 
     nice .venv/bin/python bench/mscclpp.py
     nice .venv/bin/python bench/mscclpp.py --topology h100_nvswitch --sizes 1KB,1MB
+    nice .venv/bin/python bench/mscclpp.py --lowered   # also every library AllReduce: IR vs its lowered plans
 
 Prints predicted times (us) per size: the IR's, the plan's and the plan's cut (1 - plan / IR), and the wall time of
 building (compile, lower, interpret) every plan. Times are model predictions, not measurements.
@@ -27,6 +28,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--topology", action="append", help="topology (repeatable; default ndv4 and h100_nvswitch)")
     parser.add_argument("--sizes", default=DEFAULT_SIZES, help=f"comma-separated sizes (default {DEFAULT_SIZES})")
+    parser.add_argument("--lowered", action="store_true",
+                        help="also every library AllReduce program: its best MSCCL-IR protocol vs its best plan")
     args = parser.parse_args()
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     print(f"{'topology':<14} {'algorithm':<20} {'size':>6} {'MSCCL-IR us':>12} {'plan us':>10} {'cut':>7}")
@@ -55,6 +58,30 @@ def main() -> None:
             print(f"{name:<14} {'pick':<20} {format_size(choice.size_bytes):>6} {choice.name} as "
                   f"{'plan' if choice.runtime == 'mscclpp' else 'MSCCL-IR'} ({choice.time_us:.2f} us)")
         print(f"# {name}: built, lowered and interpreted {len(plans)} plans in {built:.1f} s (wall, machine shared)")
+        if args.lowered:
+            lowered_table(topology, sizes)
+
+
+def lowered_table(topology, sizes: list[int]) -> None:  # type: ignore[no-untyped-def]
+    """Per library AllReduce program: the fastest of its MSCCL-IR protocols against the fastest of its lowered
+    plans (collsynth.tune.backend.lowered_plans: Simple/LL x threadblock groupings, each interpreter-checked)."""
+    from dataclasses import replace
+
+    from collsynth.algorithms.registry import library_programs
+    from collsynth.compiler import compile_program
+    from collsynth.tune.backend import lowered_plans, plan_times
+
+    print(f"{'topology':<14} {'program':<38} {'size':>6} {'best IR us':>11} {'best plan us':>13} {'plan vs IR':>10}")
+    for program_name, program in library_programs(topology, "allreduce"):
+        ir = compile_program(program)
+        ir_rows = [simulate(replace(ir, proto=p), topology, sizes).rows for p in ("Simple", "LL", "LL128")]
+        plans, _ = lowered_plans(ir, topology, program_name)
+        times = plan_times(plans, topology, sizes)
+        for k, size in enumerate(sizes):
+            best_ir = min(rows[k].time_us for rows in ir_rows)
+            best_plan = min(t[k] for t in times.values()) if times else float("inf")
+            print(f"{topology.name:<14} {program_name:<38} {format_size(size):>6} {best_ir:11.2f} {best_plan:13.2f} "
+                  f"{best_plan / best_ir - 1:+10.0%}")
 
 
 if __name__ == "__main__":

@@ -63,3 +63,19 @@ def test_frontier_points(topology_name, collective, max_chunks):
     assert result.frontier
     for point in result.frontier:
         _all_plans_pass(topology, compile_program(lower_to_program(point.algorithm)), point.algorithm.name)
+
+
+@pytest.mark.slow
+def test_two_node_milp_schedule():
+    from collsynth.encodings.sketch import sketch_from_taccl
+    from collsynth.synth.milp import synthesize_milp
+    from collsynth.topologies.taccl import load_taccl_profile
+
+    ndv2 = {"name": "NDv2_1MB", "gpus_per_node": 8, "nics_per_node": 1, "alpha": 0.3, "node_betas_list": [23, 46],
+            "node_invbws_list": [23, 46], "remote_invbw": 107, "remote_alpha": 2.6, "remote_beta": 105}
+    sketch = {"nnodes": 2, "intranode_sketch": {"strategy": "none"},
+              "internode_sketch": {"strategy": "relay", "internode_conn": {"0": [1]}},
+              "symmetry_offsets": [[8, 16]], "hyperparameters": {"input_chunkup": 1}}
+    topology = load_taccl_profile(ndv2, name="ndv2", num_nodes=2)
+    result = synthesize_milp(topology, "allgather", sketch_from_taccl(sketch), 1 << 20, solver="highs", time_limit=5)
+    _all_plans_pass(topology, compile_program(lower_to_program(result.algorithm)), "milp_2x8")
