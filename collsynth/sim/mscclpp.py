@@ -21,7 +21,9 @@ efficiencies) and the local-step constants of collsynth.sim.simulate. How each p
 * `glres` (NVLink SHARP, m MB over group G): a multimem load-reduce (every member's port sends m to the
   switch, the initiator's port receives the reduced m) then a multimem store (the initiator's port sends m,
   every member's port receives it); each phase holds the ports' lanes for alpha + m x beta of the port;
-* `sem_acquire` waits for the matching `sem_release`; `nop` costs nothing.
+* `sem_acquire` waits for the matching `sem_release`; `nop` costs nothing; `rlxsignal`/`rlxwait` as
+  signal/wait; `cpkt` as a local step. Any other op (get, res, rre, rres, rppkt, respkt, recpkt, recspkt,
+  gstore, barrier) is a one-line SimError: the interpreter runs them, this model does not cost them yet.
 A plan is one pass over the buffer (no tile loop); a chunk is (per-rank buffer) / (larger chunk count).
 """
 
@@ -148,9 +150,9 @@ class _PlanTimer:
         if name in ("pws", "pwsf"):  # put with signal (and flush): one proxy request, as the three ops
             done = self._signal(rank, kind, channels, self._put(rank, kind, channels, op, mb, now, "Simple"))
             return self._flush(rank, channels, done) if name == "pwsf" else done
-        if name == "signal":
+        if name in ("signal", "rlxsignal"):  # a relaxed signal skips a fence the model does not cost
             return self._signal(rank, kind, channels, now)
-        if name == "wait":
+        if name in ("wait", "rlxwait"):
             arrivals = []
             for ch in channels:
                 peer = self.peers[rank][kind][ch]
@@ -164,7 +166,7 @@ class _PlanTimer:
             return max([now] + arrivals)
         if name == "flush":
             return self._flush(rank, channels, now)
-        if name in ("copy", "re", "upkt", "repkt"):
+        if name in ("copy", "re", "upkt", "repkt", "cpkt"):
             ready = now
             if name in ("upkt", "repkt"):
                 for b in op["src_buff"]:
@@ -189,7 +191,11 @@ class _PlanTimer:
             for sid in op["semaphore_ids"]:
                 self.acquired[(rank, sid)] += 1
             return max([now] + times)
-        return now  # nop and ops that cost nothing here
+        if name == "nop":
+            return now
+        raise SimError(f"plan {self.plan['name']!r}: collsynth.sim.mscclpp does not time {name!r} ops (it times "
+                       "what collsynth emits: put, pws, pwsf, ppkt, signal, wait, flush, copy, re, cpkt, upkt, repkt, "
+                       "glres, sem_acquire, sem_release, nop); time the plan on the GPU instead")
 
     def _signal(self, rank: int, kind: str, channels: list[int], now: float) -> float:
         for ch in channels:

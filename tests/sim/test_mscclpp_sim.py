@@ -78,3 +78,32 @@ def test_a_deadlocked_plan_is_an_error_not_a_hang():
 def test_rank_count_must_match():
     with pytest.raises(SimError, match="ranks"):
         simulate_plan(switch_allreduce_plan(4), resolve_topology("h100_nvswitch"), [1024])
+
+
+def test_relaxed_sync_times_as_sync_and_uncosted_ops_are_refused():
+    import copy
+
+    import pytest
+
+    from collsynth.algorithms.mscclpp import switch_allreduce_plan
+    from collsynth.sim.mscclpp import simulate_plan
+    from collsynth.sim.nccl import SimError
+    from collsynth.topologies.io import resolve_topology
+
+    topology = resolve_topology("h100_nvswitch")
+    plan = switch_allreduce_plan(8)
+    relaxed = copy.deepcopy(plan)
+    for gpu in relaxed["gpus"]:
+        for op in gpu["threadblocks"][0]["ops"]:
+            op["name"] = {"signal": "rlxsignal", "wait": "rlxwait"}.get(op["name"], op["name"])
+    sizes = [1 << 10, 1 << 20]
+    assert ([r.time_us for r in simulate_plan(relaxed, topology, sizes).rows]
+            == [r.time_us for r in simulate_plan(plan, topology, sizes).rows])
+    stored = copy.deepcopy(plan)
+    for gpu in stored["gpus"]:
+        for op in gpu["threadblocks"][0]["ops"]:
+            if op["name"] == "glres":
+                op["name"] = "gstore"
+    with pytest.raises(SimError, match="does not time 'gstore'") as info:
+        simulate_plan(stored, topology, sizes)
+    assert "\n" not in str(info.value)
