@@ -16,6 +16,7 @@ The fifth cannot be said in the DSL (MSCCL-IR has no multimem step), so it is wr
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,14 +59,19 @@ def supports_switch_channels(topology_name: str) -> bool:
     return topology_name in NVLS_TOPOLOGIES
 
 
-def switch_allreduce_plan(num_ranks: int, name: str = "mscclpp_2pa_switch", inplace: bool = True) -> dict[str, Any]:
-    """The AllReduce plan of `mscclpp_2pa_switch` for `num_ranks` GPUs on one NVLS switch: each rank's buffer
-    is `num_ranks` chunks; rank r reduces chunk r through the switch. In place, one switch channel (the
-    input buffer) is read and written; out of place, the reduction reads the input buffers' switch channel and
-    stores through the output buffers'."""
+def switch_allreduce_plan(num_ranks: int, name: str = "mscclpp_2pa_switch", inplace: bool = True,
+                          owners: Sequence[int] | None = None) -> dict[str, Any]:
+    """The AllReduce plan of `mscclpp_2pa_switch` for `num_ranks` GPUs on one NVLS switch. Each rank's buffer
+    is `len(owners)` chunks (default `num_ranks`); chunk c is reduced through the switch by rank `owners[c]`
+    (default c), consecutive chunks of one owner in one op. In place, one switch channel (the input buffer) is
+    read and written; out of place, the reduction reads the input buffers' switch channel and stores through
+    the output buffers'."""
     if num_ranks < 2:
         raise AlgorithmError(f"{name} needs at least 2 ranks, got {num_ranks}")
-    group = [{"size": num_ranks, "ranks": list(range(num_ranks))}]
+    owners = list(range(num_ranks)) if owners is None else list(owners)
+    if not owners or any(not 0 <= o < num_ranks for o in owners):
+        raise AlgorithmError(f"{name}: every chunk needs an owner rank in 0..{num_ranks - 1}, got {owners}")
+    group = [{"size": len(owners), "ranks": list(range(num_ranks))}]
     switches = [{"channel_type": "switch", "buffer_type": "i", "rank_groups": group}]
     if not inplace:
         switches.append({"channel_type": "switch", "buffer_type": "o", "rank_groups": group})
@@ -74,15 +80,16 @@ def switch_allreduce_plan(num_ranks: int, name: str = "mscclpp_2pa_switch", inpl
     for rank in range(num_ranks):
         peers = [p for p in range(num_ranks) if p != rank]
         barrier = _barrier(len(peers))
-        reduce = {"name": "glres", "channel_type": "switch", "reduce_op": "sum",
-                  "src_buff": [{"switch_channel_id": 0, "index": rank, "size": 1}],
-                  "dst_buff": [{"switch_channel_id": out, "index": rank, "size": 1}]}
-        tb = {"id": 0, "ops": barrier + [reduce] + barrier,
+        reduce = [{"name": "glres", "channel_type": "switch", "reduce_op": "sum",
+                   "src_buff": [{"switch_channel_id": 0, "index": start, "size": size}],
+                   "dst_buff": [{"switch_channel_id": out, "index": start, "size": size}]}
+                  for start, size in _runs([c for c, owner in enumerate(owners) if owner == rank])]
+        tb = {"id": 0, "ops": barrier + reduce + barrier,
               "channels": [{"channel_type": "memory", "channel_ids": list(range(len(peers)))},
                            {"channel_type": "switch", "channel_ids": list(range(len(switches)))}],
               "remote_buffer_refs": []}
         gpus.append({
-            "id": rank, "input_chunks": num_ranks, "output_chunks": num_ranks, "scratch_chunks": 0,
+            "id": rank, "input_chunks": len(owners), "output_chunks": len(owners), "scratch_chunks": 0,
             "threadblocks": [tb], "channels": [{"channel_type": "memory", "connected_to": peers}, *switches],
             "remote_buffers": [], "semaphores": [],
         })
@@ -90,6 +97,17 @@ def switch_allreduce_plan(num_ranks: int, name: str = "mscclpp_2pa_switch", inpl
             "reuse_resources": False, "use_double_scratch_buffer": False, "buffer_alignment": 16,
             "min_message_size": 0, "max_message_size": 2**64 - 1,
             "num_threads_per_block": 1024, "gpus": gpus}
+
+
+def _runs(chunks: list[int]) -> list[tuple[int, int]]:
+    """Sorted chunk indices as (first, count) runs of consecutive indices."""
+    runs: list[tuple[int, int]] = []
+    for c in chunks:
+        if runs and runs[-1][0] + runs[-1][1] == c:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((c, 1))
+    return runs
 
 
 def _barrier(num_peers: int) -> list[dict[str, Any]]:

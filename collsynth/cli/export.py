@@ -40,8 +40,9 @@ def chakra(file: Path, out_dir: Path, prefix: str | None, size: str) -> None:
               help="the execution plan to write (JSON)")
 @click.option("-t", "--topology", "topology_spec", default=None,
               help="topology of the ranks (multi-node: port channels across nodes); default: one node")
-@click.option("--channels", type=click.Choice(("auto", "memory", "port")), default="auto", show_default=True,
-              help="channel kind: memory inside a node and port across (auto), or one kind for all")
+@click.option("--channels", type=click.Choice(("auto", "memory", "port", "switch")), default="auto", show_default=True,
+              help="channel kind: memory inside a node and port across (auto), one kind for all, or switch "
+                   "(NVLink SHARP multimem ops; an AllReduce whose steps are a group reduce + broadcast per chunk)")
 @click.option("--groups", type=click.IntRange(min=1), default=None,
               help="plan threadblocks per rank (IR threadblocks merged; default: one per IR threadblock where "
                    "the executor's 16 semaphores allow)")
@@ -56,7 +57,15 @@ def mscclpp(file: Path, out_file: Path, topology_spec: str | None, channels: str
 
     ir = read_xml(file)
     topology = resolve_topology(topology_spec) if topology_spec else None
-    plan = ir_to_plan(ir, topology, channels, groups=groups)
+    if channels == "switch":
+        from collsynth.core.errors import CollsynthError
+        from collsynth.emit.mscclpp_switch import ir_to_switch_plan
+
+        if topology is None:
+            raise CollsynthError("--channels switch needs the topology: add -t h100_nvswitch")
+        plan = ir_to_switch_plan(ir, topology)
+    else:
+        plan = ir_to_plan(ir, topology, channels, groups=groups)
     outcome = checked_plan(plan)
     write_atomic(out_file, plan_to_json(plan))
     ntbs = sum(len(gpu["threadblocks"]) for gpu in plan["gpus"])

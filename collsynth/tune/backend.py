@@ -4,7 +4,9 @@ For one (topology, collective) and a list of sizes, the candidates are
 * the MSCCL-IR algorithms (the tuner's best configuration per size, or the catalog's verified entries),
   timed by collsynth.sim;
 * each of those IRs lowered to a plan (collsynth.emit.mscclpp; Simple and LL; one plan threadblock per IR
-  threadblock and one per rank), kept only when it passes the schema check and the plan interpreter;
+  threadblock and one per rank; on NVLink SHARP topologies also switch-channel ops where the IR's steps are
+  a group reduce + broadcast per chunk, collsynth.emit.mscclpp_switch), kept only when it passes the schema
+  check and the plan interpreter;
 * the MSCCL++ library's plans (collsynth.algorithms.mscclpp: 1PA, 2PA memory/port/switch, 2PH) that fit;
 plans timed by collsynth.sim.mscclpp (the same link tables). Per size the fastest wins; ties go to the IR
 (the runtime already deployed).
@@ -103,7 +105,31 @@ def lowered_plans(ir: Algo, topology: Topology, name: str) -> tuple[list[PlanCan
             if body not in seen:
                 seen.add(body)
                 plans.append(PlanCandidate(f"plan:{label}", plan, name))
+    switch = _switch_plan(ir, topology, name)
+    if isinstance(switch, PlanCandidate):
+        plans.append(switch)
+    elif switch:
+        reasons.append(switch)
     return plans, reasons
+
+
+def _switch_plan(ir: Algo, topology: Topology, name: str) -> PlanCandidate | str | None:
+    """The IR as switch-channel ops where the topology has NVLink SHARP and the IR's steps are one group
+    reduce + broadcast per chunk (collsynth.emit.mscclpp_switch); None where that pattern is absent (not a
+    failure); a reason when the switch plan fails the interpreter."""
+    from collsynth.emit.mscclpp_switch import ir_to_switch_plan, switch_owners
+
+    if not supports_switch_channels(topology.name) or topology.num_nodes != 1:
+        return None
+    if isinstance(switch_owners(ir), str):
+        return None
+    label = f"{name}/switch"
+    try:
+        plan = ir_to_switch_plan(ir, topology, _plan_name(label))
+        checked_plan(plan)
+    except CollsynthError as exc:
+        return f"{label}: {exc}"
+    return PlanCandidate(f"plan:{label}", plan, name)
 
 
 def library_plan_candidates(topology: Topology, collective: str, inplace: bool = True) -> list[PlanCandidate]:

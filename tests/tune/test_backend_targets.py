@@ -20,7 +20,7 @@ def _all_plans_pass(topology, ir, label):
     plans, refused = lowered_plans(ir, topology, label)
     assert refused == [], refused[:1]
     assert len(plans) >= len(PLAN_PROTOCOLS)  # at least one grouping per protocol (equal groupings dedupe)
-    assert len(plans) <= len(PLAN_PROTOCOLS) * len(PLAN_GROUPS)
+    assert len(plans) <= len(PLAN_PROTOCOLS) * len(PLAN_GROUPS) + 1  # + the switch form, where it exists
     for plan in plans:
         result = execute_plan(plan.plan)
         assert result.passed, f"{plan.name}: {result}"
