@@ -254,18 +254,22 @@ class _Machine:
         return ops_run
 
     def _channels(self, tb: Mapping[str, Any], op: Mapping[str, Any]) -> tuple[str, list[int]]:
-        kind = op.get("channel_type", "none")
+        kind = str(op.get("channel_type", "none"))
         local = [cid for entry in tb["channels"] if entry["channel_type"] == kind for cid in entry["channel_ids"]]
         return kind, [local[c] for c in op.get("channel_ids", [])]
 
     def _step(self, rank: int, tb: Mapping[str, Any], op: Mapping[str, Any], what: str) -> bool:
         name = op["name"]
         what = f"{what} ({name})"
-        kind, channels = self._channels(tb, op)
         handler = HANDLERS.get(name)
         if handler is None:
             raise _Failure(UNSUPPORTED, f"{what}: the plan interpreter does not run {name!r} ops")
-        return handler(self, rank, tb, op, kind, channels, what)
+        try:
+            kind, channels = self._channels(tb, op)
+            return handler(self, rank, tb, op, kind, channels, what)
+        except (KeyError, IndexError, TypeError, ValueError) as exc:  # a field the op needs is missing or wrong
+            raise _Failure(LAYOUT, f"{what} is malformed ({type(exc).__name__}: {exc}); give it the src_buff, "
+                           "dst_buff, channel and semaphore ids the executor reads for this op") from None
 
     def outputs(self) -> tuple[np.ndarray, ...]:
         result = []

@@ -105,3 +105,18 @@ def test_schema_refuses_what_the_interpreter_cannot_check(mutate, words):
     with pytest.raises(PlanSchemaError, match=words) as info:
         check_plan(plan)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("field", ["src_buff", "dst_buff", "semaphore_ids"])
+def test_an_op_missing_what_it_reads_is_a_layout_failure_not_a_crash(field):
+    plan = barrier_plan(2)
+    ops = plan["gpus"][0]["threadblocks"][1]["ops"]
+    target = next(op for op in ops if op["name"] == "re")
+    if field == "semaphore_ids":
+        target.clear()
+        target["name"] = "sem_acquire"
+    else:
+        del target[field]
+    result = execute_plan(plan)
+    assert not result.passed and result.failure == "layout" and "\n" not in result.message
+    assert ("(sem_acquire)" if field == "semaphore_ids" else "(re)") in result.message
