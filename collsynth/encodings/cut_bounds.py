@@ -141,6 +141,13 @@ def cut_bound_us(topology: Topology, collective: Collective, size_bytes: int) ->
     return best
 
 
+def set_bound_us(topology: Topology, collective: Collective, size_bytes: int, ranks: tuple[int, ...]) -> CutBound:
+    """The cut bound of one given set of ranks (e.g. a minimum cut found by a flow computation)."""
+    chunk_mb = size_bytes / max(collective.input_chunks, collective.output_chunks) / MIB
+    cuts = _Cuts(*_dual(topology, collective), chunk_mb)
+    return CutBound(cuts.time_us(np.array(ranks, dtype=np.int64)), "flow", tuple(ranks))
+
+
 def ingress_bound_us(topology: Topology, collective: Collective, size_bytes: int) -> CutBound:
     """The single-rank cuts only: each rank must receive what it lacks through its own links."""
     chunk_mb = size_bytes / max(collective.input_chunks, collective.output_chunks) / MIB

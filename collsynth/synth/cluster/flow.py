@@ -34,7 +34,7 @@ class FlowNetwork:
         goal = limit if limit is not None else sum(residual[a] for a in self.out[source])
         flow = 0
         while flow < goal:
-            level = _levels(self.out, self.head, residual, source, self.num_nodes)
+            level = _levels(self.out, self.head, residual, source, self.num_nodes, sink)
             if level[sink] < 0:
                 break
             cursor = [0] * self.num_nodes
@@ -51,11 +51,15 @@ class FlowNetwork:
         return [v for v in range(self.num_nodes) if level[v] < 0]
 
 
-def _levels(out: list[list[int]], head: list[int], residual: Sequence[int], source: int, n: int) -> list[int]:
+def _levels(out: list[list[int]], head: list[int], residual: Sequence[int], source: int, n: int,
+            sink: int = -1) -> list[int]:
+    """BFS levels from `source` in the residual graph; nodes beyond the sink's level stay at -1."""
     level = [-1] * n
     level[source] = 0
     queue = [source]
     for u in queue:
+        if sink >= 0 and level[sink] >= 0 and level[u] >= level[sink]:
+            break
         for arc in out[u]:
             v = head[arc]
             if residual[arc] > 0 and level[v] < 0:
@@ -71,20 +75,22 @@ def _augment(out: list[list[int]], head: list[int], residual: list[int], level: 
     u = source
     while True:
         if u == sink:
-            amount = min(min(residual[a] for a in path), most)
+            amount = min(min(map(residual.__getitem__, path)), most)
             for arc in path:
                 residual[arc] -= amount
                 residual[arc ^ 1] += amount
             return amount
         arcs = out[u]
-        while cursor[u] < len(arcs):
-            arc = arcs[cursor[u]]
-            if residual[arc] > 0 and level[head[arc]] == level[u] + 1:
+        i, end, next_level = cursor[u], len(arcs), level[u] + 1
+        while i < end:
+            arc = arcs[i]
+            if residual[arc] > 0 and level[head[arc]] == next_level:
                 break
-            cursor[u] += 1
-        if cursor[u] < len(arcs):
-            path.append(arcs[cursor[u]])
-            u = head[arcs[cursor[u]]]
+            i += 1
+        cursor[u] = i
+        if i < end:
+            path.append(arc)
+            u = head[arc]
             continue
         if not path:
             return 0
