@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from collsynth.synth.cluster.flow import FlowNetwork
+from collsynth.synth.cluster.timexp import GreedyError
 from collsynth.topologies import Topology
 
 Tree = dict[int, int]  # child -> parent
@@ -64,6 +65,7 @@ def optimal_rate(n: int, caps: dict[tuple[int, int], int]) -> tuple[Fraction, tu
     for (_, v), c in caps.items():
         into[v] += c
     best = min(range(n), key=lambda v: into[v])
+    cut: tuple[int, ...]
     rate, cut = Fraction(into[best], n - 1), (best,)
     while True:
         net, _, _ = _network(n, caps, rate.numerator, rate.denominator)
@@ -114,8 +116,13 @@ def _grow(net: FlowNetwork, arcs: dict[tuple[int, int], int], source_arc: int, r
 def exact_packing(topology: Topology) -> ExactPacking:
     """The optimal-rate AllGather packing of a switchless topology (see the module docstring)."""
     n = topology.num_ranks
+    if n < 2:
+        return ExactPacking({0: [(1, {})]}, 1, Fraction(1), ())
     caps = _link_capacities(topology)
     rate, cut = optimal_rate(n, caps)
+    if rate == 0:
+        raise GreedyError(f"trees: {topology.name} is not strongly connected (no rank set {list(cut)[:8]} can be "
+                          "reached from the others); add links or use `synth greedy`")
     per_root = rate.numerator
     net, arcs, source_arcs = _network(n, caps, per_root, rate.denominator)
     left = [per_root] * n
@@ -131,7 +138,7 @@ def exact_packing(topology: Topology) -> ExactPacking:
                 mu = 1
                 tree = _grow(net, arcs, source_arcs[root], root, k, 1, len(arcs))
             if tree is None:  # Edmonds' theorem says this cannot happen
-                raise RuntimeError(f"exact packing: no safe arborescence from rank {root} at k={k}")
+                raise GreedyError(f"exact packing: no safe arborescence from rank {root} at k={k}")
             trees[root].append((mu, tree))
             left[root] -= mu
             k -= mu

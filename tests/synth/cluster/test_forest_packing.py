@@ -112,3 +112,11 @@ def test_mesh_packing_is_certified_optimal(name: str) -> None:
     assert algorithm.provenance["packing"].startswith("exact packing by flows")
     assert str(result.status) == "optimal"
     assert algorithm.provenance["packing_time_us"] == pytest.approx(algorithm.provenance["cut_bound_us"])
+
+
+def test_a_topology_that_is_not_strongly_connected_is_refused() -> None:
+    from collsynth.synth.cluster.timexp import GreedyError
+
+    one_way = Topology("oneway3", 3, (Link(0, 1), Link(1, 2)))
+    with pytest.raises(GreedyError, match="not strongly connected"):
+        exact_packing(one_way)
