@@ -166,8 +166,9 @@ def cut_bound_rounds_per_chunk(topology: Topology, collective: Collective) -> Fr
         if collective.combining:
             # rank v in post(c) receives chunk c at least once unless it holds every contribution itself;
             # rank u in pre(c) sends its contribution at least once unless only u needs the result
-            receivers = [v for v in post if pre - {v}]
-            senders = [u for u in pre if post - {u}]
+            # (pre - {v} is non-empty iff pre has another rank: tested without building the set)
+            receivers = [v for v in post if len(pre) > 1 or v not in pre]
+            senders = [u for u in pre if len(post) > 1 or u not in post]
         else:
             # rank v in post(c) \ pre(c) receives chunk c; a sole holder u sends it at least once
             receivers = list(post - pre)
