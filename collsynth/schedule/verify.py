@@ -7,10 +7,10 @@ Checks, with a message that names the step and the send on failure:
 - at the end, the postcondition holds (every required (chunk, rank) holds the chunk, or for combining
   collectives the sum of all its contributions).
 
-Non-combining collectives take a vectorised path (numpy over all sends at once: a rank holds a chunk from the
-step after its first reception), which keeps a million sends in about a second; combining ones replay the
-contribution sets send by send (`verify_reference`). When the fast path finds a fault, the reference replay
-runs to name the first one, so both paths give the same messages.
+Both kinds take a vectorised path: non-combining collectives numpy over all sends at once (a rank holds a chunk
+from the step after its first reception, `verify_fast`), combining ones one numpy pass per step over packed
+contribution bitsets (`verify_sums`); a million sends take seconds. When the fast path finds a fault, the
+send-by-send reference replay (`verify_reference`) runs to name the first one, so both give the same messages.
 """
 
 from __future__ import annotations
@@ -19,14 +19,16 @@ from collections import Counter
 
 from collsynth.schedule.algorithm import COPY, REDUCE, Algorithm, AlgorithmError
 from collsynth.schedule.verify_fast import copy_schedule_is_valid
+from collsynth.schedule.verify_sums import sum_schedule_is_valid
 
 
 def verify(algorithm: Algorithm) -> None:
     """Raise `AlgorithmError` unless the algorithm implements its collective on its topology."""
-    if algorithm.collective.combining or algorithm.topology.num_ranks != algorithm.collective.num_ranks:
+    if algorithm.topology.num_ranks != algorithm.collective.num_ranks:
         verify_reference(algorithm)
         return
-    if not copy_schedule_is_valid(algorithm):
+    check = sum_schedule_is_valid if algorithm.collective.combining else copy_schedule_is_valid
+    if not check(algorithm):
         verify_reference(algorithm)  # names the first fault
         raise AlgorithmError(f"{algorithm.name}: the schedule does not implement {algorithm.collective.name}")
 

@@ -12,6 +12,7 @@ It answers valid or not; `verify` then runs the send-by-send reference to name t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import chain
 
 import numpy as np
@@ -65,29 +66,50 @@ def _capacity_ok(algorithm: Algorithm, step: np.ndarray, link: np.ndarray, round
     return bool((used <= budget[keys % num_switches] * rounds[keys // num_switches]).all())
 
 
-def copy_schedule_is_valid(algorithm: Algorithm) -> bool:
-    """Whether a non-combining algorithm passes every check of `verify` (see the module docstring)."""
+@dataclass(frozen=True)
+class SendArrays:
+    """Every send of an algorithm, one row each, in step order."""
+
+    step: np.ndarray
+    chunk: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    reduce: np.ndarray  # bool: op is reduce
+
+
+def structure_is_valid(algorithm: Algorithm) -> SendArrays | None:
+    """The send arrays when rounds, chunk and rank ranges, links and capacities all pass; else None."""
     topo, coll = algorithm.topology, algorithm.collective
     n, k = coll.num_ranks, coll.num_chunks
     rounds = np.fromiter((s.rounds for s in algorithm.steps), np.int64, len(algorithm.steps))
     if (rounds < 1).any():
-        return False
+        return None
     sends = [s for st in algorithm.steps for s in st.sends]
     total = len(sends)
-    step = np.repeat(np.arange(len(rounds)), [len(st.sends) for st in algorithm.steps]).astype(np.int64)
-    chunk = np.fromiter((s.chunk for s in sends), np.int64, total)
-    src = np.fromiter((s.src for s in sends), np.int64, total)
-    dst = np.fromiter((s.dst for s in sends), np.int64, total)
-    if any(s.op == REDUCE for s in sends):
-        return False
-    if total and (chunk.min() < 0 or chunk.max() >= k or min(src.min(), dst.min()) < 0
+    arrays = SendArrays(
+        np.repeat(np.arange(len(rounds)), [len(st.sends) for st in algorithm.steps]).astype(np.int64),
+        np.fromiter((s.chunk for s in sends), np.int64, total), np.fromiter((s.src for s in sends), np.int64, total),
+        np.fromiter((s.dst for s in sends), np.int64, total), np.fromiter((s.op == REDUCE for s in sends), bool, total))
+    src, dst = arrays.src, arrays.dst
+    if total and (arrays.chunk.min() < 0 or arrays.chunk.max() >= k or min(src.min(), dst.min()) < 0
                   or max(src.max(), dst.max()) >= n):
-        return False
+        return None
     link_keys = np.array([x.src * n + x.dst for x in topo.links], dtype=np.int64)
     link_order = np.argsort(link_keys)
     exists, pos = _member(src * n + dst, link_keys[link_order])
-    if not exists.all() or not _capacity_ok(algorithm, step, link_order[pos], rounds):
+    if not exists.all() or not _capacity_ok(algorithm, arrays.step, link_order[pos], rounds):
+        return None
+    return arrays
+
+
+def copy_schedule_is_valid(algorithm: Algorithm) -> bool:
+    """Whether a non-combining algorithm passes every check of `verify` (see the module docstring)."""
+    coll = algorithm.collective
+    n = coll.num_ranks
+    arrays = structure_is_valid(algorithm)
+    if arrays is None or arrays.reduce.any():
         return False
+    step, chunk, src, dst = arrays.step, arrays.chunk, arrays.src, arrays.dst
     pre = _condition_keys(coll.pre, n)
     order = np.lexsort((step, chunk * n + dst))
     recv_keys, first_index = np.unique((chunk * n + dst)[order], return_index=True)

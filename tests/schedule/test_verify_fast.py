@@ -13,6 +13,7 @@ from collsynth.collectives import make_collective
 from collsynth.schedule import COPY, REDUCE, Algorithm, AlgorithmError, Send, Step, verify
 from collsynth.schedule.verify import verify_reference
 from collsynth.schedule.verify_fast import copy_schedule_is_valid
+from collsynth.schedule.verify_sums import sum_schedule_is_valid
 from collsynth.topologies import Topology
 from collsynth.topologies.model import Link, Switch
 
@@ -132,3 +133,62 @@ def test_a_late_source_is_rejected_with_the_step_named() -> None:
     fine = Algorithm("fine", topo, coll, (Step(1, (Send(0, 0, 1),)), Step(1, (Send(0, 1, 2),))))
     assert copy_schedule_is_valid(fine)
     verify(fine)
+
+
+COMBINING = ("reducescatter", "allreduce", "reduce")
+
+
+def _sum_schedule(rng: random.Random, topo: Topology, name: str, chunks: int) -> Algorithm:
+    """Random copies and reduces from holders: sometimes valid, often adding a contribution twice."""
+    coll = make_collective(name, topo.num_ranks, chunks, root=0)
+    holds = {(c, r) for c in range(coll.num_chunks) for r in coll.pre[c]}
+    steps = []
+    for _ in range(10):
+        options = [(c, x.src, x.dst) for (c, r) in sorted(holds) for x in topo.links if x.src == r]
+        picked = rng.sample(options, k=min(len(options), rng.randint(1, 5)))
+        sends = tuple(Send(c, u, v, REDUCE if (c, v) in holds and rng.random() < 0.8 else COPY) for c, u, v in picked)
+        steps.append(Step(rng.choice((1, 2)), sends))
+        holds |= {(c, v) for c, _, v in picked}
+    return Algorithm("random-sum", topo, coll, tuple(steps))
+
+
+def _greedy_sum(rng: random.Random, topo: Topology, name: str, chunks: int) -> Algorithm:
+    from collsynth.synth.cluster.greedy import greedy
+
+    coll = make_collective(name, topo.num_ranks, chunks, root=0)
+    plain = Topology(topo.name, topo.num_ranks, topo.links)  # the greedy's switch lanes are per instant
+    algo = greedy(plain, coll, 1 << 20, seed=rng.randrange(4)).algorithm
+    assert algo is not None
+    return algo
+
+
+@settings(max_examples=120, deadline=None)
+@given(seed=st.integers(0, 10**9), n=st.integers(2, 5), name=st.sampled_from(COMBINING),
+       chunks=st.integers(1, 2), corruptions=st.integers(0, 2), from_greedy=st.booleans())
+def test_fast_sum_check_agrees_with_the_reference(seed: int, n: int, name: str, chunks: int, corruptions: int,
+                                                  from_greedy: bool) -> None:
+    rng = random.Random(seed)
+    topo = _topology(rng, n)
+    algo = (_greedy_sum if from_greedy else _sum_schedule)(rng, topo, name, chunks)
+    for _ in range(corruptions):
+        algo = _corrupt(rng, algo)
+    expected = _reference_accepts(algo)
+    assert sum_schedule_is_valid(algo) == expected
+    if expected:
+        verify(algo)
+    else:
+        with pytest.raises(AlgorithmError) as fast:
+            verify(algo)
+        with pytest.raises(AlgorithmError) as ref:
+            verify_reference(algo)
+        assert str(fast.value) == str(ref.value)
+
+
+def test_sum_generators_give_both_outcomes() -> None:
+    outcomes = set()
+    for seed in range(40):
+        rng = random.Random(seed)
+        topo = _topology(rng, 4)
+        outcomes.add(_reference_accepts(_sum_schedule(rng, topo, "allreduce", 1)))
+        outcomes.add(_reference_accepts(_greedy_sum(rng, topo, "reducescatter", 1)))
+    assert outcomes == {True, False}
