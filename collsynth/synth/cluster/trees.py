@@ -66,9 +66,13 @@ class Packing:
         return load
 
     def unit_time_us(self, topology: Topology, unit_mb: float) -> float:
-        """Time to move `unit_mb` from every root at the packing's rate: max_l load(l) * unit_mb * beta(l)."""
-        return max(load * unit_mb * topology.link_map[link].beta_us_per_mb
-                   for link, load in self.link_load().items())
+        """Time to move `unit_mb` from every root at the packing's rate: the larger of max_l load(l) * unit_mb *
+        beta(l) and, per switch, its links' summed load * unit_mb * beta(switch) / lanes(switch)."""
+        load = self.link_load()
+        links = max(value * unit_mb * topology.link_map[link].beta_us_per_mb for link, value in load.items())
+        switches = (sum(load.get(link, 0.0) for link in sw.links) * unit_mb * sw.beta_us_per_mb / sw.bandwidth
+                    for sw in topology.switches)
+        return max([links, *switches])
 
 
 def _shape(topology: Topology) -> tuple[str, tuple[int, ...]] | None:
