@@ -13,7 +13,8 @@ every set S of ranks: the cut bound. So:
    as in Lovasz's proof of Edmonds' theorem: grow a tree from its s-arc, adding an arc (a, b) from the tree
    to a new rank only if the rest still has lambda(s, b) >= k - mu (then every rank does: removing (a, b)
    only lowers cuts that contain b); the lemma guarantees a safe arc exists for mu = 1. A tree is first
-   tried with multiplicity mu = its root's remaining P (one tree carrying all of the root's data), then 1.
+   tried with multiplicity mu = its root's remaining P (one tree carrying all of the root's data), then
+   halved down to 1. Rates whose P exceeds MAX_TREES_PER_ROOT are rounded down to p/q with p <= that.
 
 Switches are not modelled here (no edge splitting): topologies with switches go to the caller's fallback.
 """
@@ -29,6 +30,7 @@ from collsynth.synth.cluster.timexp import GreedyError
 from collsynth.topologies import Topology
 
 Tree = dict[int, int]  # child -> parent
+MAX_TREES_PER_ROOT = 8  # beyond this the flow checks (n per tree) cost too much: round the rate down
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ class ExactPacking:
     per_root: int
     rate: Fraction  # data per rank per unit time, in units of the fastest link's rate
     cut: tuple[int, ...]
+    optimal: Fraction  # x*, which `rate` equals unless more than max_per_root trees per root were needed
 
 
 def _link_capacities(topology: Topology) -> dict[tuple[int, int], int]:
@@ -113,13 +116,23 @@ def _grow(net: FlowNetwork, arcs: dict[tuple[int, int], int], source_arc: int, r
     return parent
 
 
-def exact_packing(topology: Topology) -> ExactPacking:
-    """The optimal-rate AllGather packing of a switchless topology (see the module docstring)."""
+def _fewer_trees(rate: Fraction, most: int) -> Fraction:
+    # the largest p/q <= rate with p <= most (the rate itself when its numerator is small enough)
+    if rate.numerator <= most or rate == 0:
+        return rate
+    return Fraction(most, math.ceil(most / rate))
+
+
+def exact_packing(topology: Topology, max_per_root: int = MAX_TREES_PER_ROOT) -> ExactPacking:
+    """The optimal-rate AllGather packing of a switchless topology (see the module docstring). When the optimal
+    rate P/Q needs more than `max_per_root` trees per root, the packing runs at the largest rate p/q below it
+    with p <= max_per_root (then `rate` < `optimal` and the certificate fails, honestly)."""
     n = topology.num_ranks
     if n < 2:
-        return ExactPacking({0: [(1, {})]}, 1, Fraction(1), ())
+        return ExactPacking({0: [(1, {})]}, 1, Fraction(1), (), Fraction(1))
     caps = _link_capacities(topology)
-    rate, cut = optimal_rate(n, caps)
+    best, cut = optimal_rate(n, caps)
+    rate = _fewer_trees(best, max_per_root)
     if rate == 0:
         raise GreedyError(f"trees: {topology.name} is not strongly connected (no rank set {list(cut)[:8]} can be "
                           "reached from the others); add links or use `synth greedy`")
@@ -132,8 +145,10 @@ def exact_packing(topology: Topology) -> ExactPacking:
         for root in range(n):
             if not left[root]:
                 continue
-            mu = left[root]
-            tree = _grow(net, arcs, source_arcs[root], root, k, mu, 3) if mu > 1 else None
+            mu, tree = left[root], None
+            while mu > 1 and tree is None:  # the root's whole share in one tree, else half of it, ...
+                tree = _grow(net, arcs, source_arcs[root], root, k, mu, 3)
+                mu = mu if tree is not None else mu // 2
             if tree is None:
                 mu = 1
                 tree = _grow(net, arcs, source_arcs[root], root, k, 1, len(arcs))
@@ -142,4 +157,4 @@ def exact_packing(topology: Topology) -> ExactPacking:
             trees[root].append((mu, tree))
             left[root] -= mu
             k -= mu
-    return ExactPacking(trees, per_root, rate, cut)
+    return ExactPacking(trees, per_root, rate, cut, best)

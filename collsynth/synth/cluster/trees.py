@@ -173,8 +173,9 @@ def _flow_packing(topology: Topology) -> Packing:
     trees = {root: [(1.0 / exact.per_root, tree) for mu, tree in weighted for _ in range(mu)]
              for root, weighted in exact.trees.items()}
     distinct = sum(len(w) for w in exact.trees.values())
-    return Packing(trees, f"exact packing by flows (rate {exact.rate} of the fastest link, {exact.per_root} "
-                   f"trees per root, {distinct} distinct)", exact.cut)
+    rounded = "" if exact.rate == exact.optimal else f", rounded down from the optimal {exact.optimal}"
+    return Packing(trees, f"exact packing by flows (rate {exact.rate} of the fastest link{rounded}, "
+                   f"{exact.per_root} trees per root, {distinct} distinct)", exact.cut)
 
 
 def pack(topology: Topology) -> Packing:

@@ -120,3 +120,11 @@ def test_a_topology_that_is_not_strongly_connected_is_refused() -> None:
     one_way = Topology("oneway3", 3, (Link(0, 1), Link(1, 2)))
     with pytest.raises(GreedyError, match="not strongly connected"):
         exact_packing(one_way)
+
+
+def test_many_trees_per_root_round_the_rate_down() -> None:
+    topo = _random_topology(7, 6)
+    full = exact_packing(topo)
+    capped = exact_packing(topo, max_per_root=1)
+    assert capped.per_root == 1 and capped.rate <= full.rate == full.optimal == capped.optimal
+    assert all(sum(mu for mu, _ in w) == 1 for w in capped.trees.values())
