@@ -7,10 +7,11 @@ of the trees (over all roots) that use l. The cut bound (`encodings.cut_bounds`)
 same quantity, so when the two are equal the packing is certified optimal for AllGather throughput.
 
 Packings:
-- tori (every dimension > 2, 2-D or 3-D) and hypercubes: translation-invariant trees. For each sign and
-  each starting dimension, the dimension-ordered tree that walks the first dimension from the root, then
-  the next from every node reached, ...; generator (dim j, sign s) is used sum_p (k-1) k^p = n-1 times over
-  the trees of sign s, so every link carries (n-1)/degree: the ingress bound on a cube-shaped torus.
+- cube-shaped tori (all dimensions equal and > 2, 2-D or 3-D) and hypercubes: translation-invariant trees.
+  For each sign and each starting dimension, the dimension-ordered tree that walks the first dimension from
+  the root, then the next from every node reached, ...; generator (dim j, sign s) is used
+  sum_p (k-1) k^p = n-1 times over the trees of sign s, so every link carries (n-1)/degree: the ingress
+  bound (other tori go to the flows).
 - any other topology without switches: the exact packing by flows (`forest.exact_packing`): the optimal rate
   from Dinkelbach's iteration on max-flows, then integral arborescences grown as in Lovasz's proof of
   Edmonds' theorem; its minimum cut is kept, and the certificate compares the packing's link loads with the
@@ -82,7 +83,7 @@ def _shape(topology: Topology) -> tuple[str, tuple[int, ...]] | None:
     base, _, args = name.partition(":")
     args = args.split("@")[0].split("(")[0]
     dims = tuple(int(x) for x in args.replace("x", " ").split()) if args and args[0].isdigit() else ()
-    if base == "torus" and dims and all(d > 2 for d in dims) and math.prod(dims) == topology.num_ranks:
+    if base == "torus" and dims and min(dims) == max(dims) > 2 and math.prod(dims) == topology.num_ranks:
         return "torus", dims
     if base == "hypercube" and dims and (1 << dims[0]) == topology.num_ranks:
         return "hypercube", dims
