@@ -128,3 +128,12 @@ def test_many_trees_per_root_round_the_rate_down() -> None:
     capped = exact_packing(topo, max_per_root=1)
     assert capped.per_root == 1 and capped.rate <= full.rate == full.optimal == capped.optimal
     assert all(sum(mu for mu, _ in w) == 1 for w in capped.trees.values())
+
+
+@pytest.mark.parametrize("name", ["torus:3x4", "ring:6", "dgx1"])
+def test_other_switchless_topologies_are_certified(name: str) -> None:
+    topo = builtin(name)
+    result = trees(topo, make_collective("allgather", topo.num_ranks), 16 * MIB, chunks_per_tree=1)
+    assert result.algorithm is not None
+    assert str(result.status) == "optimal"
+    assert result.algorithm.provenance["packing"].startswith("exact packing by flows")
