@@ -1,10 +1,13 @@
 """Cluster-scale synthesis targets (issue 10): time-expanded greedy, tree packing, and the pipeline at 1024 ranks.
 
-    nice .venv/bin/python bench/scale.py            # every row (the 1024-rank rows take minutes)
-    nice .venv/bin/python bench/scale.py --quick    # skip the 1024-rank rows
+    nice .venv/bin/python bench/scale.py                # every row (the 1024-rank rows take minutes)
+    nice .venv/bin/python bench/scale.py --quick        # skip the 1024-rank rows
+    nice .venv/bin/python bench/scale.py --synth-only   # synthesis and bounds only (no compile / simulate)
 
 Tori and meshes use TACOS's link setting (50 GB/s, 0.5 us; `topologies.cluster.relinked`). Each row runs in
-its own process, so that its peak memory (ru_maxrss) is its own. "sim / bound" is the simulated time of the
+its own process, so that its peak memory (ru_maxrss) is its own; "synth cpu" is process CPU time
+(time.process_time, meaningful on a loaded machine) and "synth MB" the peak RSS right after synthesis.
+"model / bound" is the synthesizer's makespan over the cut bound; "sim / bound" is the simulated time of the
 compiled schedule (`lower_timed`, `compile_program`, `simulate` at 1 GiB) over the cut bound
 (`encodings.cut_bounds`); for AllReduce the reference is twice the ReduceScatter bound.
 """
@@ -45,7 +48,7 @@ def _pipeline(topo: Any, algorithm: Any, report: dict[str, Any], chakra: bool) -
     return simulated
 
 
-def row(kind: str, topology: str, collective: str, chakra: bool) -> dict[str, Any]:
+def row(kind: str, topology: str, collective: str, chakra: bool, pipeline: bool = True) -> dict[str, Any]:
     """Run one row in this process and return its figures."""
     from collsynth.collectives import make_collective
     from collsynth.encodings.cut_bounds import cut_bound_us
@@ -56,20 +59,22 @@ def row(kind: str, topology: str, collective: str, chakra: bool) -> dict[str, An
 
     topo = relinked(resolve_topology(topology), TACOS_ALPHA_US, TACOS_GB_PER_S)
     coll = make_collective(collective, topo.num_ranks)
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     result = greedy(topo, coll, GIB) if kind == "greedy" else trees(topo, coll, GIB, chunks_per_tree=2)
-    report: dict[str, Any] = {"synth_s": time.perf_counter() - began, "status": str(result.status)}
+    report: dict[str, Any] = {"synth_s": time.perf_counter() - began, "synth_cpu_s": time.process_time() - cpu,
+                              "synth_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                              "status": str(result.status)}
     algorithm = result.algorithm
     assert algorithm is not None
-    began = time.perf_counter()
+    began = time.process_time()
     reference = "reducescatter" if collective == "allreduce" else collective
     bound = cut_bound_us(topo, make_collective(reference, topo.num_ranks), GIB)
-    report["bound_s"] = time.perf_counter() - began
+    report["bound_cpu_s"] = time.process_time() - began
     report["bound_us"] = bound.time_us * (2 if collective == "allreduce" else 1)
     report["bound_kind"] = bound.kind + (" x2 (RS)" if collective == "allreduce" else "")
     report["model_us"] = algorithm.provenance["makespan_us"]
     report["certified"] = algorithm.provenance.get("certified_optimal")
-    report["sim_us"] = _pipeline(topo, algorithm, report, chakra)
+    report["sim_us"] = _pipeline(topo, algorithm, report, chakra) if pipeline else None
     report["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return report
 
@@ -77,6 +82,7 @@ def row(kind: str, topology: str, collective: str, chakra: bool) -> dict[str, An
 ROWS = (  # (kind, topology, collective, target, 1024 ranks)
     ("greedy", "torus:16x16", "allgather", "< 2 s, sim <= 1.05x ingress", False),
     ("greedy", "torus:32x32", "allgather", "< 30 s, < 4 GB, sim <= 1.05x; pipeline < 30 s each", True),
+    ("greedy", "torus:16x16", "allreduce", "(no target; RS then AG)", False),
     ("greedy", "mesh2d:32x32", "allgather", "sim <= 1.05x cut bound", True),
     ("trees", "mesh2d:8x8", "allgather", "certified, < 5 s", False),
     ("trees", "hypercube:6", "allgather", "certified, < 5 s", False),
@@ -87,33 +93,39 @@ ROWS = (  # (kind, topology, collective, target, 1024 ranks)
 )
 
 
+def _cells(r: dict[str, Any], with_chakra: bool) -> list[str]:
+    sim = r["sim_us"]
+    return [f"{r['synth_cpu_s']:.2f}", f"{r['synth_s']:.2f}", f"{r['synth_mb']:.0f}",
+            f"{r['bound_us']:.0f} us ({r['bound_kind']})", f"{r['bound_cpu_s']:.2f}",
+            f"{r['model_us'] / r['bound_us']:.3f}", "-" if sim is None else f"{sim / r['bound_us']:.3f}",
+            "-" if r["certified"] is None else str(r["certified"]),
+            f"{r['lower+compile_s']:.1f}" if sim is not None else "-", f"{r['sim_s']:.1f}" if sim is not None else "-",
+            f"{r.get('chakra_s', 0):.1f}" if with_chakra and sim is not None else ""]
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--row":
-        kind, topology, collective, chakra = sys.argv[2:6]
-        print(json.dumps(row(kind, topology, collective, chakra == "1")))
+        kind, topology, collective, chakra, pipeline = sys.argv[2:7]
+        print(json.dumps(row(kind, topology, collective, chakra == "1", pipeline == "1")))
         return
-    quick = "--quick" in sys.argv
+    quick, pipeline = "--quick" in sys.argv, "--synth-only" not in sys.argv
     table = Table(title="collsynth cluster-scale targets (1 GiB, TACOS links: 50 GB/s, 0.5 us)")
-    for name in ("synth", "topology", "coll", "synth s", "peak MB", "bound", "sim / bound", "certified",
-                 "compile s", "sim s", "chakra s", "target"):
+    for name in ("synth", "topology", "coll", "synth cpu s", "synth wall s", "synth MB", "bound", "bound cpu s",
+                 "model / bound", "sim / bound", "certified", "compile s", "sim s", "chakra s", "target"):
         table.add_column(name)
     for kind, topology, collective, target, big in ROWS:
         if big and quick:
             continue
         with_chakra = topology == "torus:32x32"
         out = subprocess.run([sys.executable, __file__, "--row", kind, topology, collective,
-                              "1" if with_chakra else "0"],
+                              "1" if with_chakra else "0", "1" if pipeline else "0"],
                              capture_output=True, text=True, check=False)
         if out.returncode:
-            table.add_row(kind, topology, collective, "failed", "", "", "", "", "", "", "",
-                          out.stderr.strip().splitlines()[-1][:60])
+            table.add_row(kind, topology, collective, "failed", *[""] * 10, out.stderr.strip().splitlines()[-1][:60])
             continue
         r = json.loads(out.stdout.strip().splitlines()[-1])
-        table.add_row(kind, topology, collective, f"{r['synth_s']:.2f}", f"{r['peak_mb']:.0f}",
-                      f"{r['bound_us']:.0f} us ({r['bound_kind']})", f"{r['sim_us'] / r['bound_us']:.3f}",
-                      "-" if r["certified"] is None else str(r["certified"]), f"{r['lower+compile_s']:.1f}",
-                      f"{r['sim_s']:.1f}", f"{r.get('chakra_s', 0):.1f}" if with_chakra else "", target)
-    Console(width=200).print(table)
+        table.add_row(kind, topology, collective, *_cells(r, with_chakra), target)
+    Console(width=220).print(table)
 
 
 if __name__ == "__main__":

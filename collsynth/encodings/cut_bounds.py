@@ -141,6 +141,13 @@ def cut_bound_us(topology: Topology, collective: Collective, size_bytes: int) ->
     return best
 
 
+def set_bound_us(topology: Topology, collective: Collective, size_bytes: int, ranks: tuple[int, ...]) -> CutBound:
+    """The cut bound of one given set of ranks (e.g. a minimum cut found by a flow computation)."""
+    chunk_mb = size_bytes / max(collective.input_chunks, collective.output_chunks) / MIB
+    cuts = _Cuts(*_dual(topology, collective), chunk_mb)
+    return CutBound(cuts.time_us(np.array(ranks, dtype=np.int64)), "flow", tuple(ranks))
+
+
 def ingress_bound_us(topology: Topology, collective: Collective, size_bytes: int) -> CutBound:
     """The single-rank cuts only: each rank must receive what it lacks through its own links."""
     chunk_mb = size_bytes / max(collective.input_chunks, collective.output_chunks) / MIB
@@ -159,8 +166,9 @@ def cut_bound_rounds_per_chunk(topology: Topology, collective: Collective) -> Fr
         if collective.combining:
             # rank v in post(c) receives chunk c at least once unless it holds every contribution itself;
             # rank u in pre(c) sends its contribution at least once unless only u needs the result
-            receivers = [v for v in post if pre - {v}]
-            senders = [u for u in pre if post - {u}]
+            # (pre - {v} is non-empty iff pre has another rank: tested without building the set)
+            receivers = [v for v in post if len(pre) > 1 or v not in pre]
+            senders = [u for u in pre if len(post) > 1 or u not in post]
         else:
             # rank v in post(c) \ pre(c) receives chunk c; a sole holder u sends it at least once
             receivers = list(post - pre)

@@ -6,6 +6,11 @@ Checks, with a message that names the step and the send on failure:
 - non-combining collectives copy only; combining ones never add one rank's contribution twice;
 - at the end, the postcondition holds (every required (chunk, rank) holds the chunk, or for combining
   collectives the sum of all its contributions).
+
+Both kinds take a vectorised path: non-combining collectives numpy over all sends at once (a rank holds a chunk
+from the step after its first reception, `verify_fast`), combining ones one numpy pass per step over packed
+contribution bitsets (`verify_sums`); a million sends take seconds. When the fast path finds a fault, the
+send-by-send reference replay (`verify_reference`) runs to name the first one, so both give the same messages.
 """
 
 from __future__ import annotations
@@ -13,10 +18,23 @@ from __future__ import annotations
 from collections import Counter
 
 from collsynth.schedule.algorithm import COPY, REDUCE, Algorithm, AlgorithmError
+from collsynth.schedule.verify_fast import copy_schedule_is_valid
+from collsynth.schedule.verify_sums import sum_schedule_is_valid
 
 
 def verify(algorithm: Algorithm) -> None:
     """Raise `AlgorithmError` unless the algorithm implements its collective on its topology."""
+    if algorithm.topology.num_ranks != algorithm.collective.num_ranks:
+        verify_reference(algorithm)
+        return
+    check = sum_schedule_is_valid if algorithm.collective.combining else copy_schedule_is_valid
+    if not check(algorithm):
+        verify_reference(algorithm)  # names the first fault
+        raise AlgorithmError(f"{algorithm.name}: the schedule does not implement {algorithm.collective.name}")
+
+
+def verify_reference(algorithm: Algorithm) -> None:
+    """`verify`, replaying send by send (the reference the vectorised path is tested against)."""
     topo, coll = algorithm.topology, algorithm.collective
     if topo.num_ranks != coll.num_ranks:
         raise AlgorithmError(f"{algorithm.name}: topology has {topo.num_ranks} ranks, collective "

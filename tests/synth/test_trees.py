@@ -50,15 +50,22 @@ def test_certified_and_verified(topology: str, name: str) -> None:
     assert algorithm.provenance["packing_time_us"] == pytest.approx(bound)
 
 
-def test_uncertified_packing_reports_its_gap() -> None:
-    topo = builtin("mesh2d:3x4")
-    result = trees(topo, make_collective("allgather", 12), 16 * MIB, chunks_per_tree=1)
+@pytest.mark.parametrize("topology", ["mesh2d:3x4", "fattree:4"])
+def test_packing_reports_its_gap_honestly(topology: str) -> None:
+    """mesh2d:3x4 takes the exact flow packing (certified); fattree:4 has switches and takes multiplicative
+    weights, certified only if its packing time meets the bound."""
+    topo = builtin(topology)
+    result = trees(topo, make_collective("allgather", topo.num_ranks), 16 * MIB, chunks_per_tree=1)
     algorithm = result.algorithm
     assert algorithm is not None
     verify(algorithm)
     provenance = algorithm.provenance
     assert provenance["packing_time_us"] >= provenance["cut_bound_us"] * (1 - 1e-9)
     assert provenance["certified_optimal"] == (provenance["packing_time_us"] <= provenance["cut_bound_us"] * (1 + 1e-9))
+    if topology.startswith("mesh"):
+        assert provenance["certified_optimal"] and provenance["packing"].startswith("exact packing by flows")
+    else:
+        assert provenance["packing"].startswith("multiplicative-weights")
 
 
 def test_unsupported_collective_is_refused() -> None:

@@ -15,6 +15,7 @@ time, one round each) that passes `verify()`; its makespan is the synthesizer's 
 from __future__ import annotations
 
 import time
+from itertools import repeat
 
 import numpy as np
 
@@ -38,11 +39,10 @@ def _steps(transfers: Transfers, op: Op, offset_us: float = 0.0) -> tuple[Step, 
     order = np.lexsort((transfers.src, transfers.chunk, transfers.start_us))
     starts = np.round(transfers.start_us[order], 6)
     cuts = np.flatnonzero(np.r_[True, starts[1:] != starts[:-1], True])
-    rows = list(zip(transfers.chunk[order].tolist(), transfers.src[order].tolist(), transfers.dst[order].tolist(),
-                    (transfers.start_us[order] + offset_us).tolist(), transfers.duration_us[order].tolist(),
-                    strict=True))
-    return tuple(Step(1, tuple(Send(c, s, d, op, t, dur) for c, s, d, t, dur in rows[a:b]))
-                 for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True))
+    sends = list(map(Send, transfers.chunk[order].tolist(), transfers.src[order].tolist(),
+                     transfers.dst[order].tolist(), repeat(op, len(order)),
+                     (transfers.start_us[order] + offset_us).tolist(), transfers.duration_us[order].tolist()))
+    return tuple(Step(1, tuple(sends[a:b])) for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True))
 
 
 def _reverse(transfers: Transfers) -> Transfers:

@@ -110,7 +110,7 @@ class _State:
         self.tiebreak = np.argsort(rng.random((n, k)), axis=1).astype(np.int32)
         self.busy_until = np.zeros(len(links.src))
         self.lane_use = np.zeros(len(links.lanes), dtype=np.int64)
-        self.arrivals: dict[float, list[tuple[int, int]]] = {}  # time -> [(link, chunk)]
+        self.arrivals: dict[float, list[tuple[np.ndarray, np.ndarray]]] = {}  # time -> [(links, chunks)]
         self.times: list[float] = []
         self.dest = _routing(topology, collective)
         self.dist = np.array(topology.distances, dtype=float) if self.dest is not None else None
@@ -120,19 +120,23 @@ class _State:
         self.allowed = None if routes is None else _allowed(links, routes, k)
 
     def land(self, now: float) -> None:
-        """Apply every arrival due by `now`."""
+        """Apply every arrival due by `now` (one vectorised update over all of them)."""
+        blocks: list[tuple[np.ndarray, np.ndarray]] = []
         while self.times and self.times[0] <= now + 1e-9:
-            t = heapq.heappop(self.times)
-            for link, chunk in self.arrivals.pop(t):
-                v = self.links.dst[link]
-                self.have[v, chunk] = True
-                self.inflight[v, chunk] = False
-                if self.want[v, chunk]:
-                    self.missing -= 1
-                    if self.dest is not None:
-                        self.delivered[chunk] = True
-                sw = self.links.switches[link]
-                self.lane_use[sw[sw >= 0]] -= 1
+            blocks += self.arrivals.pop(heapq.heappop(self.times))
+        if not blocks:
+            return
+        links = np.concatenate([b[0] for b in blocks])
+        chunks = np.concatenate([b[1] for b in blocks])
+        v = self.links.dst[links]
+        self.have[v, chunks] = True
+        self.inflight[v, chunks] = False
+        wanted = self.want[v, chunks]
+        self.missing -= int(wanted.sum())
+        if self.dest is not None:
+            self.delivered[chunks[wanted]] = True
+        sw = self.links.switches[links]
+        np.subtract.at(self.lane_use, sw[sw >= 0], 1)
 
     def useful(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         # candidate(l, c) = have[u, c] & !have[v, c] & !inflight[v, c] & useful(l, c)
@@ -192,11 +196,13 @@ class _State:
         self.inflight[self.links.dst[links], chunks] = True
         ends = now + self.links.duration[links]
         self.busy_until[links] = ends
-        for link, chunk, end in zip(links.tolist(), chunks.tolist(), ends.tolist(), strict=True):
+        distinct, which = np.unique(ends, return_inverse=True)
+        for i, end in enumerate(distinct.tolist()):
             if end not in self.arrivals:
                 self.arrivals[end] = []
                 heapq.heappush(self.times, end)
-            self.arrivals[end].append((link, chunk))
+            mine = which == i
+            self.arrivals[end].append((links[mine], chunks[mine]))
         self.rows.append((links, chunks, now))
         return len(links)
 

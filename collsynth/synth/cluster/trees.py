@@ -7,13 +7,18 @@ of the trees (over all roots) that use l. The cut bound (`encodings.cut_bounds`)
 same quantity, so when the two are equal the packing is certified optimal for AllGather throughput.
 
 Packings:
-- tori (every dimension > 2, 2-D or 3-D) and hypercubes: translation-invariant trees. For each sign and
-  each starting dimension, the dimension-ordered tree that walks the first dimension from the root, then
-  the next from every node reached, ...; generator (dim j, sign s) is used sum_p (k-1) k^p = n-1 times over
-  the trees of sign s, so every link carries (n-1)/degree: the ingress bound on a cube-shaped torus.
-- any other topology: multiplicative weights. Each root gets `MWU_TREES` minimum spanning arborescences
-  (networkx's Edmonds, integer prices exp(ETA * load / cap)); the rate is reported against the bound
-  (mesh2d:8x8 meets it). Edmonds in networkx is slow: about 0.1-0.3 s per arborescence at 64 ranks.
+- cube-shaped tori (all dimensions equal and > 2, 2-D or 3-D) and hypercubes: translation-invariant trees.
+  For each sign and each starting dimension, the dimension-ordered tree that walks the first dimension from
+  the root, then the next from every node reached, ...; generator (dim j, sign s) is used
+  sum_p (k-1) k^p = n-1 times over the trees of sign s, so every link carries (n-1)/degree: the ingress
+  bound (other tori go to the flows).
+- any other topology without switches: the exact packing by flows (`forest.exact_packing`): the optimal rate
+  from Dinkelbach's iteration on max-flows, then integral arborescences grown as in Lovasz's proof of
+  Edmonds' theorem; its minimum cut is kept, and the certificate compares the packing's link loads with the
+  cut bound of that set (and of the cut bound's own sets).
+- topologies with switches: multiplicative weights (no edge splitting yet). Each root gets `MWU_TREES`
+  minimum spanning arborescences (networkx's Edmonds, integer prices exp(ETA * load / cap)); the rate is
+  reported against the bound, and certified only when it meets it.
 The schedule is made by the time-expanded matching confined to each chunk's tree (`timexp` routes).
 ReduceScatter runs AllGather's trees reversed; AllReduce is ReduceScatter then AllGather.
 """
@@ -30,8 +35,9 @@ import networkx as nx
 
 from collsynth.collectives import Collective, make_collective
 from collsynth.core.enums import Status
-from collsynth.encodings.cut_bounds import cut_bound_us
+from collsynth.encodings.cut_bounds import cut_bound_us, set_bound_us
 from collsynth.schedule import COPY, REDUCE, Algorithm, Step, SynthesisResult, verify
+from collsynth.synth.cluster.forest import exact_packing
 from collsynth.synth.cluster.greedy import _reverse, _steps, chunk_megabytes
 from collsynth.synth.cluster.timexp import MIB, GreedyError, run_greedy
 from collsynth.topologies import Topology
@@ -50,6 +56,7 @@ class Packing:
 
     trees: dict[int, list[tuple[float, Tree]]]
     method: str
+    cut: tuple[int, ...] = ()  # a minimum cut set that proves the rate (exact packings)
 
     def link_load(self) -> dict[tuple[int, int], float]:
         load: dict[tuple[int, int], float] = defaultdict(float)
@@ -60,9 +67,13 @@ class Packing:
         return load
 
     def unit_time_us(self, topology: Topology, unit_mb: float) -> float:
-        """Time to move `unit_mb` from every root at the packing's rate: max_l load(l) * unit_mb * beta(l)."""
-        return max(load * unit_mb * topology.link_map[link].beta_us_per_mb
-                   for link, load in self.link_load().items())
+        """Time to move `unit_mb` from every root at the packing's rate: the larger of max_l load(l) * unit_mb *
+        beta(l) and, per switch, its links' summed load * unit_mb * beta(switch) / lanes(switch)."""
+        load = self.link_load()
+        links = max(value * unit_mb * topology.link_map[link].beta_us_per_mb for link, value in load.items())
+        switches = (sum(load.get(link, 0.0) for link in sw.links) * unit_mb * sw.beta_us_per_mb / sw.bandwidth
+                    for sw in topology.switches)
+        return max([links, *switches])
 
 
 def _shape(topology: Topology) -> tuple[str, tuple[int, ...]] | None:
@@ -72,7 +83,7 @@ def _shape(topology: Topology) -> tuple[str, tuple[int, ...]] | None:
     base, _, args = name.partition(":")
     args = args.split("@")[0].split("(")[0]
     dims = tuple(int(x) for x in args.replace("x", " ").split()) if args and args[0].isdigit() else ()
-    if base == "torus" and dims and all(d > 2 for d in dims) and math.prod(dims) == topology.num_ranks:
+    if base == "torus" and dims and min(dims) == max(dims) > 2 and math.prod(dims) == topology.num_ranks:
         return "torus", dims
     if base == "hypercube" and dims and (1 << dims[0]) == topology.num_ranks:
         return "hypercube", dims
@@ -158,11 +169,23 @@ def _mwu_packing(topology: Topology) -> Packing:
     return Packing(trees, f"multiplicative-weights minimum arborescences ({MWU_TREES} per root)")
 
 
+def _flow_packing(topology: Topology) -> Packing:
+    exact = exact_packing(topology)
+    trees = {root: [(1.0 / exact.per_root, tree) for mu, tree in weighted for _ in range(mu)]
+             for root, weighted in exact.trees.items()}
+    distinct = sum(len(w) for w in exact.trees.values())
+    rounded = "" if exact.rate == exact.optimal else f", rounded down from the optimal {exact.optimal}"
+    return Packing(trees, f"exact packing by flows (rate {exact.rate} of the fastest link{rounded}, "
+                   f"{exact.per_root} trees per root, {distinct} distinct)", exact.cut)
+
+
 def pack(topology: Topology) -> Packing:
     """The tree packing for AllGather from every root (see the module docstring)."""
     shape = _shape(topology)
     if shape is not None:
         return _symmetric_packing(shape[0], shape[1], topology.num_ranks)
+    if not topology.switches:
+        return _flow_packing(topology)
     return _mwu_packing(topology)
 
 
@@ -178,18 +201,27 @@ def _routes(packing: Packing, collective: Collective, chunks_per_root: int) -> d
     return routes
 
 
+def _symmetric_links(topology: Topology) -> bool:
+    """Every link has a reverse of the same cost (then a packing serves the reversed topology as well)."""
+    costs = {(x.src, x.dst): (x.alpha_us, x.beta_us_per_mb) for x in topology.links}
+    return all(costs.get((d, s)) == cost for (s, d), cost in costs.items())
+
+
 def _tree_steps(topology: Topology, collective: Collective, chunk_mb: float, chunks: int,
-                offset_us: float) -> tuple[tuple[Step, ...], float]:
+                offset_us: float, packing: Packing) -> tuple[tuple[Step, ...], float]:
     name = collective.name
     if name == "allreduce":
         n = collective.num_ranks
-        first, mid = _tree_steps(topology, make_collective("reducescatter", n, chunks), chunk_mb, chunks, offset_us)
-        second, end = _tree_steps(topology, make_collective("allgather", n, chunks), chunk_mb, chunks, mid)
+        first, mid = _tree_steps(topology, make_collective("reducescatter", n, chunks), chunk_mb, chunks, offset_us,
+                                 packing)
+        second, end = _tree_steps(topology, make_collective("allgather", n, chunks), chunk_mb, chunks, mid, packing)
         return first + second, end
     reverse = name == "reducescatter"
     topo = reversed_topology(topology) if reverse else topology
     dual = collective.non_combining_dual() if reverse else collective
-    routes = _routes(pack(topo), dual, chunks)
+    if reverse and not _symmetric_links(topology):
+        packing = pack(topo)
+    routes = _routes(packing, dual, chunks)
     transfers = run_greedy(topo, dual, chunk_mb, routes=routes)
     if reverse:
         transfers = _reverse(transfers)
@@ -208,12 +240,13 @@ def trees(topology: Topology, collective: Collective, size_bytes: int = 1 << 30,
     per_root = len(next(iter(packing.trees.values())))
     chunks = per_root * chunks_per_tree
     coll = make_collective(collective.name, collective.num_ranks, chunks, root=collective.root)
-    steps, makespan = _tree_steps(topology, coll, chunk_megabytes(coll, size_bytes), chunks, 0.0)
+    steps, makespan = _tree_steps(topology, coll, chunk_megabytes(coll, size_bytes), chunks, 0.0, packing)
     # certificate, in the AllGather view: unit = one rank's data (size / n for AllGather's n*C output)
     unit_mb = size_bytes / collective.num_ranks / MIB
     ag = make_collective("allgather", collective.num_ranks, 1)
     alpha = min(x.alpha_us for x in topology.links)
-    bound = cut_bound_us(topology, ag, size_bytes).time_us - alpha
+    bound = max(cut_bound_us(topology, ag, size_bytes).time_us,
+                set_bound_us(topology, ag, size_bytes, packing.cut).time_us if packing.cut else 0.0) - alpha
     rate_time = packing.unit_time_us(topology, unit_mb)
     certified = rate_time <= bound * (1 + 1e-9)
     provenance = {"synthesizer": "trees", "packing": packing.method, "size_bytes": size_bytes,

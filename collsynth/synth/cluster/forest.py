@@ -1,0 +1,160 @@
+"""Exact AllGather tree packing by flows (in the spirit of ForestColl; our own construction).
+
+Add a source s with an arc s -> u of capacity x to every rank u; links keep their rate 1/beta as capacity.
+Every rank must receive x from each of the n - 1 others, so a packing at rate x exists iff the augmented
+graph holds n * x arc-disjoint spanning arborescences rooted at s (each uses exactly one s-arc, since there
+are n * x units of them: it is a spanning tree of the ranks rooted at that arc's rank). By Edmonds' theorem
+that holds iff every rank v has connectivity lambda(s, v) >= n * x, i.e. cap(into S) >= x * (n - |S|) for
+every set S of ranks: the cut bound. So:
+
+1. The optimal rate x* = min_S cap(into S) / (n - |S|), found by Dinkelbach's iteration on max-flows: start at
+   the ingress ratio; while some rank v has lambda(s, v) < n * x, its minimum cut S gives a smaller ratio.
+2. Scale to integers (x* = P/Q: s-arcs P, links cap * Q, k = n * P trees) and build the trees one at a time
+   as in Lovasz's proof of Edmonds' theorem: grow a tree from its s-arc, adding an arc (a, b) from the tree
+   to a new rank only if the rest still has lambda(s, b) >= k - mu (then every rank does: removing (a, b)
+   only lowers cuts that contain b); the lemma guarantees a safe arc exists for mu = 1. A tree is first
+   tried with multiplicity mu = its root's remaining P (one tree carrying all of the root's data), then
+   halved down to 1. Rates whose P exceeds MAX_TREES_PER_ROOT are rounded down to p/q with p <= that.
+
+Switches are not modelled here (no edge splitting): topologies with switches go to the caller's fallback.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+from collsynth.synth.cluster.flow import FlowNetwork
+from collsynth.synth.cluster.timexp import GreedyError
+from collsynth.topologies import Topology
+
+Tree = dict[int, int]  # child -> parent
+MAX_TREES_PER_ROOT = 8  # beyond this the flow checks (n per tree) cost too much: round the rate down
+
+
+@dataclass(frozen=True)
+class ExactPacking:
+    """Per root, its trees with integer multiplicities (each root's sum is `per_root`); the rate x* and the
+    minimum cut (sink side) that proves it optimal."""
+
+    trees: dict[int, list[tuple[int, Tree]]]
+    per_root: int
+    rate: Fraction  # data per rank per unit time, in units of the fastest link's rate
+    cut: tuple[int, ...]
+    optimal: Fraction  # x*, which `rate` equals unless more than max_per_root trees per root were needed
+
+
+def _link_capacities(topology: Topology) -> dict[tuple[int, int], int]:
+    # cap(l) = rate(l) / rate(fastest link), as exact small fractions scaled to integers
+    fastest = min(x.beta_us_per_mb for x in topology.links)
+    ratios = {(x.src, x.dst): Fraction(fastest / x.beta_us_per_mb).limit_denominator(64) for x in topology.links}
+    scale = math.lcm(*(r.denominator for r in ratios.values()))
+    return {link: int(r * scale) for link, r in ratios.items()}
+
+
+def _network(n: int, caps: dict[tuple[int, int], int], per_rank: int,
+             scale: int) -> tuple[FlowNetwork, dict[tuple[int, int], int], list[int]]:
+    """The augmented network: node n is s; returns it, link -> arc, and the s-arc of every rank."""
+    net = FlowNetwork(n + 1)
+    arcs = {link: net.add_arc(link[0], link[1], cap * scale) for link, cap in sorted(caps.items())}
+    source_arcs = [net.add_arc(n, u, per_rank) for u in range(n)]
+    return net, arcs, source_arcs
+
+
+def optimal_rate(n: int, caps: dict[tuple[int, int], int]) -> tuple[Fraction, tuple[int, ...]]:
+    """x* = min over rank sets S of cap(into S) / (n - |S|) (Dinkelbach on max-flows) and its set S."""
+    into = [0] * n
+    for (_, v), c in caps.items():
+        into[v] += c
+    best = min(range(n), key=lambda v: into[v])
+    cut: tuple[int, ...]
+    rate, cut = Fraction(into[best], n - 1), (best,)
+    while True:
+        net, _, _ = _network(n, caps, rate.numerator, rate.denominator)
+        need = n * rate.numerator
+        for v in range(n):
+            flow, residual = net.max_flow(n, v, need)
+            if flow < need:  # the minimum cut around v is below the current ratio
+                side = tuple(u for u in net.sink_side(n, residual) if u < n)
+                inside = set(side)
+                capacity = sum(c for (a, b), c in caps.items() if b in inside and a not in inside)
+                rate, cut = Fraction(capacity, n - len(side)), side
+                break
+        else:
+            return rate, cut
+
+
+def _grow(net: FlowNetwork, arcs: dict[tuple[int, int], int], source_arc: int, root: int, k: int,
+          mu: int, depth_cap: int) -> Tree | None:
+    """One tree from `root` carrying `mu` units, keeping lambda(s, v) >= k - mu for every rank; None if stuck.
+    On success the capacities are reduced by mu along the tree (and its s-arc)."""
+    n = net.num_nodes - 1
+    cap, goal = net.cap, k - mu
+    cap[source_arc] -= mu
+    if net.max_flow(n, root, goal)[0] < goal:
+        cap[source_arc] += mu
+        return None
+    parent: Tree = {}
+    depth = {root: 0}
+    taken: list[int] = []
+    while len(depth) < n:
+        options = sorted(((depth[a], -cap[arc], a, b, arc) for (a, b), arc in arcs.items()
+                          if a in depth and b not in depth and cap[arc] >= mu), key=lambda o: o[:2])
+        for _, _, a, b, arc in options[:depth_cap]:
+            cap[arc] -= mu
+            if net.max_flow(n, b, goal)[0] >= goal:
+                parent[b], depth[b] = a, depth[a] + 1
+                taken.append(arc)
+                break
+            cap[arc] += mu
+        else:
+            for arc in taken:
+                cap[arc] += mu
+            cap[source_arc] += mu
+            return None
+    return parent
+
+
+def _fewer_trees(rate: Fraction, most: int) -> Fraction:
+    # the largest p/q <= rate with p <= most (the rate itself when its numerator is small enough)
+    if rate.numerator <= most or rate == 0:
+        return rate
+    return Fraction(most, math.ceil(most / rate))
+
+
+def exact_packing(topology: Topology, max_per_root: int = MAX_TREES_PER_ROOT) -> ExactPacking:
+    """The optimal-rate AllGather packing of a switchless topology (see the module docstring). When the optimal
+    rate P/Q needs more than `max_per_root` trees per root, the packing runs at the largest rate p/q below it
+    with p <= max_per_root (then `rate` < `optimal` and the certificate fails, honestly)."""
+    n = topology.num_ranks
+    if n < 2:
+        return ExactPacking({0: [(1, {})]}, 1, Fraction(1), (), Fraction(1))
+    caps = _link_capacities(topology)
+    best, cut = optimal_rate(n, caps)
+    rate = _fewer_trees(best, max_per_root)
+    if rate == 0:
+        raise GreedyError(f"trees: {topology.name} is not strongly connected (no rank set {list(cut)[:8]} can be "
+                          "reached from the others); add links or use `synth greedy`")
+    per_root = rate.numerator
+    net, arcs, source_arcs = _network(n, caps, per_root, rate.denominator)
+    left = [per_root] * n
+    k = n * per_root
+    trees: dict[int, list[tuple[int, Tree]]] = {r: [] for r in range(n)}
+    while k:
+        for root in range(n):
+            if not left[root]:
+                continue
+            mu, tree = left[root], None
+            while mu > 1 and tree is None:  # the root's whole share in one tree, else half of it, ...
+                tree = _grow(net, arcs, source_arcs[root], root, k, mu, 3)
+                mu = mu if tree is not None else mu // 2
+            if tree is None:
+                mu = 1
+                tree = _grow(net, arcs, source_arcs[root], root, k, 1, len(arcs))
+            if tree is None:  # Edmonds' theorem says this cannot happen
+                raise GreedyError(f"exact packing: no safe arborescence from rank {root} at k={k}")
+            trees[root].append((mu, tree))
+            left[root] -= mu
+            k -= mu
+    return ExactPacking(trees, per_root, rate, cut, best)
