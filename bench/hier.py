@@ -1,10 +1,11 @@
 """Hierarchical composition vs the library's multi-node programs, simulated per size (issue 10).
 
     nice .venv/bin/python bench/hier.py [--topology 16xndv4 --topology 64xh100_nvswitch]
-                                        [--collective allreduce --collective alltoall]
+                                        [--collective allreduce --collective alltoall] [--sources ring,oneshot]
 
-For each (topology, collective): every candidate of `collsynth.synth.cluster.hierarchical` (lowered with
-`lower_to_program`, both merge modes, compiled with the default options) and the library's multi-node
+For each (topology, collective): every candidate of `collsynth.synth.cluster.hierarchical` with the given
+phase sources (lowered with `lower_to_program`, in place for AllReduce as the library's `inplace=True`
+form, in each --merge mode, compiled with the default options) and the library's multi-node
 programs (`hierarchical_allreduce`, `two_step_alltoall`, `three_step_alltoall`), each compiled once and
 simulated at 1 KB..1 GB (x4) under the Simple, LL128 and LL protocols. A side's time at a size is its best
 (candidate x merge x protocol); the table prints both sides, the ratio and the winning candidate.
@@ -47,7 +48,7 @@ def _side(named_irs: list[tuple[str, Any]], topo: Any) -> list[tuple[float, str]
     return best
 
 
-def compare(topology: str, collective: str, merges: tuple[str, ...]) -> dict[str, Any]:
+def compare(topology: str, collective: str, merges: tuple[str, ...], sources: list[str] | None) -> dict[str, Any]:
     from collsynth.algorithms.registry import build
     from collsynth.collectives import make_collective
     from collsynth.compiler.pipeline import compile_program
@@ -57,12 +58,16 @@ def compare(topology: str, collective: str, merges: tuple[str, ...]) -> dict[str
 
     topo = resolve_topology(topology)
     began = time.perf_counter()
-    result = hierarchical(topo, make_collective(collective, topo.num_ranks, 1), 1 << 20)
+    result = hierarchical(topo, make_collective(collective, topo.num_ranks, 1), 1 << 20, sources=sources)
+    inplace = collective == "allreduce"
     synth_s = time.perf_counter() - began
     began = time.perf_counter()
     ours = [(f"{a.provenance['plan']}/{a.provenance['node_source']}/{a.provenance['rail_source']}/{merge}",
-             compile_program(lower_to_program(a, merge=merge))) for a in result.algorithms for merge in merges]
-    lib = [(name, compile_program(build(name, topo, num_nodes=topo.num_nodes))) for name in LIBRARY[collective]]
+             compile_program(lower_to_program(a, merge=merge, inplace=inplace)))
+            for a in result.algorithms for merge in merges]
+    extra = {"inplace": True} if inplace else {}
+    lib = [(name, compile_program(build(name, topo, num_nodes=topo.num_nodes, **extra)))
+           for name in LIBRARY[collective]]
     compile_s = time.perf_counter() - began
     began = time.perf_counter()
     mine, theirs = _side(ours, topo), _side(lib, topo)
@@ -93,11 +98,13 @@ def main() -> None:
     parser.add_argument("--topology", action="append", default=None)
     parser.add_argument("--collective", action="append", default=None)
     parser.add_argument("--merge", action="append", default=None, help="lowering merge modes (contiguous, stage)")
+    parser.add_argument("--sources", default=None, help="phase sources, comma-separated (default: hierarchical's)")
     args = parser.parse_args()
     console = Console()
     for topology in args.topology or ["16xndv4", "64xh100_nvswitch"]:
         for collective in args.collective or ["allreduce", "alltoall"]:
-            console.print(table(compare(topology, collective, tuple(args.merge or ("contiguous", "stage")))))
+            sources = args.sources.split(",") if args.sources else None
+            console.print(table(compare(topology, collective, tuple(args.merge or ("contiguous",)), sources)))
 
 
 if __name__ == "__main__":

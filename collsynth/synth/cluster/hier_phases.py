@@ -6,7 +6,9 @@ Sources, each a function (sub-topology, collective, time limit) -> Algorithm or 
 - `ring`: the ring 0 -> 1 -> ... -> k-1 -> 0 (k-1 steps for AllGather; needs the ring's links);
 - `doubling`: recursive doubling, log2(k) steps (k a power of two, links to every partner);
 - `greedy`: the time-expanded greedy (`greedy.py`), one step per distinct start time, timings dropped;
-- `smt`: the SCCL least-steps synthesizer (`least_steps`), where it answers within the time limit.
+- `smt`: the SCCL least-steps synthesizer (`least_steps`), where it answers within the time limit;
+- `oneshot` (AllReduce only): one step, every rank sends its whole buffer to every other rank, which
+  reduces (the all-pairs one-phase AllReduce: k-1 times the bytes, one alpha; for small sizes).
 ReduceScatter is the reversed AllGather (on the reversed sub-topology), AllReduce is ReduceScatter then
 AllGather; AllToAll has `direct` and `greedy`. Every schedule returned has passed `verify()`.
 """
@@ -18,13 +20,14 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from collsynth.collectives import Collective, make_collective
+from collsynth.core.enums import Op
 from collsynth.core.errors import CollsynthError
 from collsynth.schedule import Algorithm, Send, Step, verify
 from collsynth.schedule.transforms import concatenate, reversed_into_reduction
 from collsynth.topologies import Topology
 from collsynth.topologies.symmetry import reversed_topology
 
-PHASE_SOURCES = ("direct", "ring", "doubling", "greedy", "smt")
+PHASE_SOURCES = ("direct", "ring", "doubling", "greedy", "smt", "oneshot")
 SMT_MAX_RANKS = 8  # the least-steps encoding answers in seconds up to about this many ranks
 GREEDY_PHASE_BYTES = 1 << 26  # buffer size the greedy phases are timed at (their order, not their timing, is kept)
 
@@ -108,6 +111,12 @@ def _alltoall_direct(topology: Topology, coll: Collective, limit: float) -> Algo
     return _checked("direct", topology, coll, [sends])
 
 
+def _allreduce_oneshot(topology: Topology, coll: Collective, limit: float) -> Algorithm | None:
+    k = coll.num_ranks
+    sends = [Send(c, r, d, Op.REDUCE) for r in range(k) for d in range(k) if d != r for c in range(coll.num_chunks)]
+    return _checked("oneshot", topology, coll, [sends])
+
+
 ALLGATHER: dict[str, Builder] = {"direct": _allgather_direct, "ring": _allgather_ring,
                                  "doubling": _allgather_doubling, "greedy": _greedy, "smt": _allgather_smt}
 ALLTOALL: dict[str, Builder] = {"direct": _alltoall_direct, "greedy": _greedy}
@@ -120,6 +129,8 @@ def phase_schedule(source: str, topology: Topology, collective: Collective,
     name, k, c = collective.name, collective.num_ranks, collective.chunks
     if k == 1:
         return Algorithm(source, topology, collective, ())
+    if source == "oneshot":
+        return _allreduce_oneshot(topology, collective, time_limit) if name == "allreduce" else None
     if name == "alltoall":
         builder = ALLTOALL.get(source)
         return None if builder is None else builder(topology, collective, time_limit)

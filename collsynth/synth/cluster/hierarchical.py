@@ -33,7 +33,7 @@ from collsynth.topologies import Switch, Topology
 
 SUPPORTED = tuple(PLANS)
 NODE_SOURCES = ("direct", "ring", "smt")  # tried by default inside a node
-RAIL_SOURCES = ("direct", "ring", "doubling")  # tried by default across nodes
+RAIL_SOURCES = ("direct", "ring", "doubling", "oneshot")  # tried by default across nodes
 
 
 def groups_of(topology: Topology) -> list[list[int]]:
