@@ -5,7 +5,8 @@
 
 For each (topology, collective): every candidate of `collsynth.synth.cluster.hierarchical` with the given
 phase sources (lowered with `lower_to_program`, in place for AllReduce as the library's `inplace=True`
-form, in each --merge mode, compiled with the default options) and the library's multi-node
+form, in each --merge mode, compiled with the default options and with instruction fusion and threadblock
+pairing off, two knobs `collsynth tune` searches) and the library's multi-node
 programs (`hierarchical_allreduce`, `two_step_alltoall`, `three_step_alltoall`), each compiled once and
 simulated at 1 KB..1 GB (x4) under the Simple, LL128 and LL protocols. A side's time at a size is its best
 (candidate x merge x protocol); the table prints both sides, the ratio and the winning candidate.
@@ -39,10 +40,17 @@ def _times(ir: Any, topo: Any) -> list[tuple[float, str]]:
     return best
 
 
-def _side(named_irs: list[tuple[str, Any]], topo: Any) -> list[tuple[float, str]]:
+def _side(named_irs: list[tuple[str, Any]], topo: Any, failures: list[str]) -> list[tuple[float, str]]:
+    from collsynth.core.errors import CollsynthError
+
     best = [(math.inf, "")] * len(SIZES)
     for name, ir in named_irs:
-        for i, (t, proto) in enumerate(_times(ir, topo)):
+        try:
+            times = _times(ir, topo)
+        except CollsynthError as exc:  # e.g. a compiled IR the simulator finds deadlocked: reported, not timed
+            failures.append(f"{name}: {str(exc)[:160]}")
+            continue
+        for i, (t, proto) in enumerate(times):
             if t < best[i][0]:
                 best[i] = (t, f"{name} {proto}")
     return best
@@ -62,17 +70,22 @@ def compare(topology: str, collective: str, merges: tuple[str, ...], sources: li
     inplace = collective == "allreduce"
     synth_s = time.perf_counter() - began
     began = time.perf_counter()
-    ours = [(f"{a.provenance['plan']}/{a.provenance['node_source']}/{a.provenance['rail_source']}/{merge}",
-             compile_program(lower_to_program(a, merge=merge, inplace=inplace)))
-            for a in result.algorithms for merge in merges]
+    # compile options the tuner searches (tune.space: fusion, pair_threadblocks): default, and both off
+    options = ({}, {"instr_fusion": False, "pair_threadblocks": False})
+    ours = [(f"{a.provenance['plan']}/{a.provenance['node_source']}/{a.provenance['rail_source']}/{merge}"
+             f"{'/unfused' if opts else ''}",
+             compile_program(lower_to_program(a, merge=merge, inplace=inplace), **opts))
+            for a in result.algorithms for merge in merges for opts in options]
     extra = {"inplace": True} if inplace else {}
     lib = [(name, compile_program(build(name, topo, num_nodes=topo.num_nodes, **extra)))
            for name in LIBRARY[collective]]
     compile_s = time.perf_counter() - began
     began = time.perf_counter()
-    mine, theirs = _side(ours, topo), _side(lib, topo)
+    failures: list[str] = []
+    mine, theirs = _side(ours, topo, failures), _side(lib, topo, failures)
     return {"topology": topology, "collective": collective, "ours": mine, "library": theirs, "synth_s": synth_s,
-            "compile_s": compile_s, "sim_s": time.perf_counter() - began, "candidates": len(result.algorithms)}
+            "compile_s": compile_s, "sim_s": time.perf_counter() - began, "candidates": len(result.algorithms),
+            "failures": failures}
 
 
 def _size(nbytes: int) -> str:
@@ -104,7 +117,10 @@ def main() -> None:
     for topology in args.topology or ["16xndv4", "64xh100_nvswitch"]:
         for collective in args.collective or ["allreduce", "alltoall"]:
             sources = args.sources.split(",") if args.sources else None
-            console.print(table(compare(topology, collective, tuple(args.merge or ("contiguous",)), sources)))
+            row = compare(topology, collective, tuple(args.merge or ("contiguous",)), sources)
+            console.print(table(row))
+            for failure in row["failures"]:
+                console.print(f"not timed: {failure}", soft_wrap=True)
 
 
 if __name__ == "__main__":
