@@ -60,6 +60,7 @@ def compare(topology: str, collective: str, merges: tuple[str, ...], sources: li
     from collsynth.algorithms.registry import build
     from collsynth.collectives import make_collective
     from collsynth.compiler.pipeline import compile_program
+    from collsynth.core.errors import CollsynthError
     from collsynth.language.lower import lower_to_program
     from collsynth.synth.cluster.hierarchical import hierarchical
     from collsynth.topologies import resolve_topology
@@ -71,17 +72,23 @@ def compare(topology: str, collective: str, merges: tuple[str, ...], sources: li
     synth_s = time.perf_counter() - began
     began = time.perf_counter()
     # compile options the tuner searches (tune.space: fusion, pair_threadblocks): default, and both off
-    options = ({}, {"instr_fusion": False, "pair_threadblocks": False})
-    ours = [(f"{a.provenance['plan']}/{a.provenance['node_source']}/{a.provenance['rail_source']}/{merge}"
-             f"{'/unfused' if opts else ''}",
-             compile_program(lower_to_program(a, merge=merge, inplace=inplace), **opts))
-            for a in result.algorithms for merge in merges for opts in options]
+    options: tuple[dict[str, Any], ...] = ({}, {"instr_fusion": False, "pair_threadblocks": False})
+    failures: list[str] = []
+    ours = []
+    for a in result.algorithms:
+        for merge in merges:
+            for opts in options:
+                name = (f"{a.provenance['plan']}/{a.provenance['node_source']}/{a.provenance['rail_source']}/{merge}"
+                        f"{'/unfused' if opts else ''}")
+                try:
+                    ours.append((name, compile_program(lower_to_program(a, merge=merge, inplace=inplace), **opts)))
+                except CollsynthError as exc:  # e.g. more threadblocks per channel than MSCCL runs
+                    failures.append(f"{name}: {str(exc)[:160]}")
     extra = {"inplace": True} if inplace else {}
     lib = [(name, compile_program(build(name, topo, num_nodes=topo.num_nodes, **extra)))
            for name in LIBRARY[collective]]
     compile_s = time.perf_counter() - began
     began = time.perf_counter()
-    failures: list[str] = []
     mine, theirs = _side(ours, topo, failures), _side(lib, topo, failures)
     return {"topology": topology, "collective": collective, "ours": mine, "library": theirs, "synth_s": synth_s,
             "compile_s": compile_s, "sim_s": time.perf_counter() - began, "candidates": len(result.algorithms),
