@@ -118,7 +118,8 @@ def _sources(level: str, chosen: Sequence[str] | None) -> tuple[str, ...]:
 def _candidates(topology: Topology, collective: Collective, groups: Groups, sources: Sequence[str] | None,
                 time_limit: float) -> tuple[list[Algorithm], list[StageReport]]:
     cache: dict[tuple[str, str, str, int], Algorithm | None] = {}
-    out, stages = [], []
+    out: list[Algorithm] = []
+    stages: list[StageReport] = []
     subs = {"node": sub_topology(topology, groups[0], f"{topology.name}.node"),
             "rail": sub_topology(topology, [g[0] for g in groups], f"{topology.name}.rail")}
     for plan_name, plan in PLANS[collective.name].items():
