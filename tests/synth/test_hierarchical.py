@@ -83,3 +83,10 @@ def test_refusals() -> None:
         hierarchical(builtin("2xndv4"), make_collective("broadcast", 16))
     with pytest.raises(GreedyError, match="unknown phase source"):
         hierarchical(builtin("2xndv4"), make_collective("allreduce", 16), sources=["magic"])
+
+
+def test_a_past_deadline_keeps_the_first_candidate_only() -> None:
+    result = hierarchical(builtin("4xndv4"), make_collective("allreduce", 32), 1 << 20, sources=["ring", "direct"],
+                          deadline=0.0)
+    assert len(result.algorithms) == 1
+    assert sum("budget spent" in s.outcome for s in result.stages) == 3

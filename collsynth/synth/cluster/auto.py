@@ -135,7 +135,8 @@ def _trees(run: _Run, seed: int) -> None:
 
 def _hierarchical(run: _Run, seed: int) -> None:
     began = time.perf_counter()
-    result = hier.hierarchical(run.topology, run.collective, run.size, time_limit=min(20.0, max(1.0, run.left())))
+    result = hier.hierarchical(run.topology, run.collective, run.size, time_limit=min(20.0, max(1.0, run.left())),
+                               deadline=run.deadline)
     spent = time.perf_counter() - began
     for algorithm in result.algorithms:
         run.offer("hierarchical", algorithm, spent / len(result.algorithms), str(algorithm.provenance["plan"]) +

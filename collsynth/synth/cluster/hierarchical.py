@@ -116,7 +116,7 @@ def _sources(level: str, chosen: Sequence[str] | None) -> tuple[str, ...]:
 
 
 def _candidates(topology: Topology, collective: Collective, groups: Groups, sources: Sequence[str] | None,
-                time_limit: float) -> tuple[list[Algorithm], list[StageReport]]:
+                time_limit: float, deadline: float | None) -> tuple[list[Algorithm], list[StageReport]]:
     cache: dict[tuple[str, str, str, int], Algorithm | None] = {}
     out: list[Algorithm] = []
     stages: list[StageReport] = []
@@ -127,6 +127,10 @@ def _candidates(topology: Topology, collective: Collective, groups: Groups, sour
         for node_source in _sources("node", sources):
             for rail_source in _sources("rail", sources):
                 began = time.perf_counter()
+                label = f"{plan_name} node={node_source} rail={rail_source}"
+                if out and deadline is not None and began > deadline:  # anytime: keep what was composed
+                    stages.append(StageReport(label, 0.0, "skipped: budget spent"))
+                    continue
                 schedules = []
                 for phase in phases:
                     source = node_source if phase.level == "node" else rail_source
@@ -134,7 +138,6 @@ def _candidates(topology: Topology, collective: Collective, groups: Groups, sour
                     if key not in cache:
                         cache[key] = phase_schedule(source, subs[phase.level], phase.collective, time_limit)
                     schedules.append(cache[key])
-                label = f"{plan_name} node={node_source} rail={rail_source}"
                 if any(s is None for s in schedules):
                     stages.append(StageReport(label, time.perf_counter() - began, "does not apply"))
                     continue
@@ -153,8 +156,11 @@ def _candidates(topology: Topology, collective: Collective, groups: Groups, sour
 
 
 def hierarchical(topology: Topology, collective: Collective, size_bytes: int = 1 << 30, *,
-                 sources: Sequence[str] | None = None, time_limit: float = 20.0) -> SynthesisResult:
-    """Every applicable hierarchical composition (see the module docstring), best first at `size_bytes`."""
+                 sources: Sequence[str] | None = None, time_limit: float = 20.0,
+                 deadline: float | None = None) -> SynthesisResult:
+    """Every applicable hierarchical composition (see the module docstring), best first at `size_bytes`;
+    `time_limit` bounds each SMT phase solve; past `deadline` (a `time.perf_counter()` value) no further
+    candidate is composed once one exists."""
     if collective.name not in SUPPORTED:
         raise GreedyError(f"hierarchical: composes {', '.join(SUPPORTED)}, not {collective.name!r}; use "
                           "`synth greedy` for the others")
@@ -166,7 +172,7 @@ def hierarchical(topology: Topology, collective: Collective, size_bytes: int = 1
                           f"has {topology.num_ranks}; make them match")
     began = time.perf_counter()
     groups = groups_of(topology)
-    found, stages = _candidates(topology, collective, groups, sources, time_limit)
+    found, stages = _candidates(topology, collective, groups, sources, time_limit, deadline)
     if not found:
         raise GreedyError(f"hierarchical: no phase source applies to {topology.name} (missing links inside a "
                           "node or a rail); use `synth greedy`")
