@@ -32,6 +32,8 @@ Synthesizer kinds and their settings:
   instance     chunks, steps, rounds (optional), time_limit_s
   least-steps  chunks, max_steps (optional), time_limit_s
   milp         sketch (file, relative to the plan), size (e.g. "1MB"), solver ("highs" | "cbc"), time_limit_s
+  greedy       size (default "1GB"), seed; trees: size, chunks_per_tree (cluster scale, any rank count)
+  hierarchical size, sources ("direct,ring,doubling,smt,greedy"), time_limit_s (NxTOPO: every candidate)
 
 `load_plan(path)` parses and checks a plan (every error names the field); `expand_plan(plan)` resolves the
 topologies and collectives and returns the work items, each keyed by a hash of what determines its result.
@@ -60,7 +62,7 @@ from collsynth.topologies import Topology, resolve_topology
 
 PROTOCOLS = ("Simple", "LL", "LL128")
 LIBRARY = "library"
-SYNTH_KINDS = ("pareto", "instance", "least-steps", "milp")
+SYNTH_KINDS = ("pareto", "instance", "least-steps", "milp", "greedy", "trees", "hierarchical")
 
 # kind -> {setting: (python types, required)}; the plan's [limits] fill time_limit_s and max_chunks.
 _SETTINGS: Mapping[str, Mapping[str, tuple[tuple[type, ...], bool]]] = {
@@ -70,6 +72,9 @@ _SETTINGS: Mapping[str, Mapping[str, tuple[tuple[type, ...], bool]]] = {
     "least-steps": {"chunks": ((int,), False), "max_steps": ((int,), False), "time_limit_s": ((int, float), False)},
     "milp": {"sketch": ((str,), True), "size": ((str, int), True), "solver": ((str,), False),
              "time_limit_s": ((int, float), False)},
+    "greedy": {"size": ((str, int), False), "seed": ((int,), False), "time_limit_s": ((int, float), False)},
+    "trees": {"size": ((str, int), False), "chunks_per_tree": ((int,), False), "time_limit_s": ((int, float), False)},
+    "hierarchical": {"size": ((str, int), False), "sources": ((str,), False), "time_limit_s": ((int, float), False)},
 }
 
 DEFAULT_SIZES = "1KB:1GB"
@@ -285,8 +290,9 @@ def _synth(index: int, entry: Any, time_limit: float, max_chunks: int, path: Pat
         params.setdefault("points", "pareto")
         if params["points"] not in ("pareto", "all"):
             raise PlanError(f"{where}{label}.points must be 'pareto' or 'all', got {params['points']!r}")
-    if kind == "milp":
+    if "size" in params:
         params["size"] = _size(params["size"], f"{label}.size", where)
+    if kind == "milp":
         params.setdefault("solver", "highs")
         if params["solver"] not in ("highs", "cbc"):
             raise PlanError(f"{where}{label}.solver must be 'highs' or 'cbc', got {params['solver']!r}")

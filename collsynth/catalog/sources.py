@@ -1,4 +1,5 @@
-"""Where catalog entries come from: the synthesizers (SMT frontier / instance / least-steps, MILP) and the
+"""Where catalog entries come from: the synthesizers (SMT frontier / instance / least-steps, MILP, and the
+cluster-scale greedy / trees / hierarchical) and the
 hand-written library. Each returns what the rest of the pipeline compiles: `Algorithm`s (to lower) or
 DSL `Program`s (hand-written, built per compile variant)."""
 
@@ -149,11 +150,35 @@ def _milp(item: WorkItem) -> Synthesized:
     if result.algorithm is None:
         raise CatalogError(f"MILP with sketch {item.param('sketch')}: {result.status}, no algorithm; raise the time "
                            "limit or change the sketch")
-    provenance = {"synthesizer": "milp", "solver": result.provenance.get("solver"), "versions": tool_versions(),
-                  "status": str(result.status), "predicted_us": result.provenance.get("predicted_us"),
-                  "lower_bound_us": result.bound if result.bound_kind == "time_us" else None,
-                  "stages": [_stage_account(stage) for stage in result.stages]}
-    return Synthesized(result.algorithms, provenance)
+    return Synthesized(result.algorithms, {**_result_account(result), "solver": result.provenance.get("solver"),
+                                           "predicted_us": result.provenance.get("predicted_us")})
+
+
+def _result_account(result: SynthesisResult) -> dict[str, Any]:
+    """The common `SynthesisResult` fields: synthesizer, status, bound, seconds, stages."""
+    return {"synthesizer": result.synthesizer, "versions": tool_versions(), "status": str(result.status),
+            "lower_bound_us": float(result.bound) if result.bound is not None and result.bound_kind == "time_us"
+            else None, "seconds": round(result.seconds, 3), "stages": [_stage_account(s) for s in result.stages]}
+
+
+def _cluster(item: WorkItem) -> Synthesized:
+    """The cluster-scale synthesizers (time-expanded greedy, tree packing, hierarchical composition)."""
+    from collsynth.synth.cluster.greedy import greedy
+    from collsynth.synth.cluster.hierarchical import hierarchical
+    from collsynth.synth.cluster.trees import trees
+
+    size = int(item.param("size", 1 << 30))
+    if item.source == "greedy":
+        result = greedy(item.topology, item.collective, size, seed=int(item.param("seed", 0)))
+    elif item.source == "trees":
+        result = trees(item.topology, item.collective, size, chunks_per_tree=int(item.param("chunks_per_tree", 4)))
+    else:
+        sources = [s.strip() for s in str(item.param("sources", "")).split(",") if s.strip()]
+        result = hierarchical(item.topology, item.collective, size, sources=sources or None,
+                              time_limit=float(item.param("time_limit_s")))
+    if not result.algorithms:
+        raise CatalogError(f"{item.source} found no algorithm of {item.collective.name} on {item.topology.name}")
+    return Synthesized(result.algorithms, _result_account(result))
 
 
 def _stage_account(stage: StageReport) -> dict[str, Any]:
@@ -166,6 +191,9 @@ _SYNTHESIZERS: dict[str, Callable[[WorkItem], Synthesized]] = {
     "instance": _smt_instance,
     "least-steps": _smt_least_steps,
     "milp": _milp,
+    "greedy": _cluster,
+    "trees": _cluster,
+    "hierarchical": _cluster,
 }
 
 assert LIBRARY not in _SYNTHESIZERS  # library programs are built per variant, not synthesized

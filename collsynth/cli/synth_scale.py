@@ -1,7 +1,8 @@
-"""`collsynth synth greedy` and `collsynth synth auto`: cluster-scale synthesis (issue 10).
+"""`collsynth synth greedy|auto|trees|hier`: cluster-scale synthesis (issue 10).
 
-Both print the model time of the schedule, the cut lower bound and their ratio; `-o` writes the verified
-algorithm JSON and `--report DIR` writes the algorithm, the bound and a summary."""
+Each prints the model time of the schedule, the cut lower bound and their ratio; `-o` writes the verified
+algorithm JSON and `--report DIR` writes the algorithm, the bound and a summary. `auto` is anytime: every
+schedule that beats the best so far is printed and (with `-o`) saved as it is found."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from collsynth.cli.synth import SynthCliError, _problem
 from collsynth.core.files import write_atomic
 from collsynth.core.units import parse_size
 from collsynth.encodings.cut_bounds import cut_bound_us
-from collsynth.schedule import SynthesisResult
+from collsynth.schedule import Algorithm, SynthesisResult
 from collsynth.synth.cluster.greedy import SUPPORTED, greedy
 from collsynth.topologies import Topology
 from collsynth.topologies.cluster import relinked
@@ -45,10 +46,10 @@ def _options(function: Any) -> Any:
 
 
 def _instance(topology: str, collective: str, chunks: int, root: int | None, link_gbps: float | None,
-              alpha: float) -> tuple[Topology, Any]:
+              alpha: float, supported: tuple[str, ...] = SUPPORTED, command: str = "greedy") -> tuple[Topology, Any]:
     topo, coll = _problem(topology, collective, chunks, root)
-    if coll.name not in SUPPORTED:
-        raise SynthCliError(f"synth greedy does not support {coll.name!r}; supported: {', '.join(SUPPORTED)}")
+    if coll.name not in supported:
+        raise SynthCliError(f"synth {command} does not support {coll.name!r}; supported: {', '.join(supported)}")
     if link_gbps is not None:
         if link_gbps <= 0 or alpha < 0:
             raise SynthCliError("--link-gbps must be > 0 and --link-alpha-us >= 0")
@@ -60,8 +61,10 @@ def _finish(result: SynthesisResult, topo: Topology, coll: Any, size: int, outpu
             report_dir: str | None) -> None:
     algorithm = result.algorithm
     assert algorithm is not None
+    from collsynth.synth.cluster.auto import model_us
+
     bound = cut_bound_us(topo, coll, size)
-    makespan = float(algorithm.provenance["makespan_us"])
+    makespan = model_us(algorithm, size)
     lines = [f"{result.synthesizer}: {coll.name} on {topo.name} ({topo.num_ranks} ranks), size {size} B",
              f"  steps {algorithm.num_steps}, sends {sum(len(s.sends) for s in algorithm.steps)}, "
              f"synthesized in {result.seconds:.2f} s",
@@ -103,7 +106,14 @@ def auto_command(topology: str, collective: str, size: str, chunks: int, root: i
         raise SynthCliError(f"--time-limit must be > 0, got {time_limit}")
     nbytes = parse_size(size)
     topo, coll = _instance(topology, collective, chunks, root, link_gbps, link_alpha_us)
-    _finish(auto(topo, coll, nbytes, time_limit=time_limit, seed=seed), topo, coll, nbytes, output, report_dir)
+
+    def found(label: str, algorithm: Algorithm, time_us: float) -> None:  # anytime: print and save as found
+        click.echo(f"found: {label}: model time {time_us:.1f} us")
+        if output:
+            write_atomic(Path(output), algorithm.to_json())
+
+    _finish(auto(topo, coll, nbytes, time_limit=time_limit, seed=seed, on_found=found), topo, coll, nbytes, output,
+            report_dir)
 
 
 @click.command("trees")
@@ -130,4 +140,33 @@ def trees_command(topology: str, collective: str, size: str, chunks: int, root: 
     _finish(result, topo, algorithm.collective, nbytes, output, report_dir)
 
 
-SYNTH_COMMANDS = (greedy_command, auto_command, trees_command)
+@click.command("hier")
+@_options
+@click.option("--sources", default=None,
+              help="Phase schedule sources to try, comma-separated: direct, ring, doubling, smt, greedy "
+                   "(default: direct,ring,smt in a node; direct,ring,doubling across nodes).")
+@click.option("--all", "all_dir", type=click.Path(file_okay=False), default=None,
+              help="Also write every candidate's algorithm JSON into this directory.")
+def hier_command(topology: str, collective: str, size: str, chunks: int, root: int | None, seed: int,
+                 link_gbps: float | None, link_alpha_us: float, output: str | None, report_dir: str | None,
+                 sources: str | None, all_dir: str | None) -> None:
+    """Hierarchical composition on NxTOPO: node and rail phase schedules, best at --size first."""
+    from collsynth.synth.cluster.hierarchical import SUPPORTED as COMPOSED
+    from collsynth.synth.cluster.hierarchical import hierarchical
+
+    nbytes = parse_size(size)
+    topo, coll = _instance(topology, collective, chunks, root, link_gbps, link_alpha_us, COMPOSED, "hier")
+    chosen = [s.strip() for s in sources.split(",") if s.strip()] if sources else None
+    result = hierarchical(topo, coll, nbytes, sources=chosen)
+    for algorithm in result.algorithms:
+        click.echo(f"candidate {algorithm.name}: {algorithm.num_steps} steps, model time "
+                   f"{algorithm.provenance['model_time_us']:.1f} us")
+    if all_dir:
+        folder = Path(all_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        for algorithm in result.algorithms:
+            write_atomic(folder / f"{algorithm.name}.json", algorithm.to_json())
+    _finish(result, topo, coll, nbytes, output, report_dir)
+
+
+SYNTH_COMMANDS = (greedy_command, auto_command, trees_command, hier_command)

@@ -1,4 +1,5 @@
-"""Hierarchical AllReduce: verified on identical nodes with one NIC per GPU; refused where rails share NICs."""
+"""Hierarchical composition: every plan verified on identical nodes, node-crossing traffic on rails only,
+candidates distinct and ordered by model time; phase sources; refusals."""
 
 from __future__ import annotations
 
@@ -6,28 +7,86 @@ import pytest
 
 from collsynth.collectives import make_collective
 from collsynth.schedule import verify
-from collsynth.synth.cluster.hierarchical import hierarchical
+from collsynth.synth.cluster.hier_phases import min_rounds, phase_schedule
+from collsynth.synth.cluster.hierarchical import SUPPORTED, groups_of, hierarchical, model_time_us, sub_topology
 from collsynth.synth.cluster.timexp import GreedyError
 from collsynth.topologies import builtin
 
 
-@pytest.mark.parametrize("chunks", [1, 2])
-def test_two_ndv4_nodes(chunks: int) -> None:
+@pytest.mark.parametrize("name", SUPPORTED)
+def test_every_collective_composes_on_two_ndv4_nodes(name: str) -> None:
     topo = builtin("2xndv4")
-    result = hierarchical(topo, make_collective("allreduce", 16, chunks), 1 << 24)
-    algorithm = result.algorithm
-    assert algorithm is not None
-    verify(algorithm)
-    # only the rail phase crosses nodes, and each GPU talks to its own rail only
-    for _, send in algorithm.sends():
-        if topo.node_of(send.src) != topo.node_of(send.dst):
-            assert send.src % 8 == send.dst % 8
+    result = hierarchical(topo, make_collective(name, 16, 2), 1 << 24, sources=["direct", "ring"])
+    assert result.algorithms
+    for algorithm in result.algorithms:
+        verify(algorithm)
+        assert algorithm.collective.name == name
+        for _, send in algorithm.sends():  # only the rail phases cross nodes, each GPU on its own rail
+            if topo.node_of(send.src) != topo.node_of(send.dst):
+                assert send.src % 8 == send.dst % 8
+        for step in algorithm.steps:  # the rounds are the fewest that fit links and switch budgets
+            assert step.rounds == min_rounds(topo, step.sends)
+    times = [model_time_us(a, 1 << 24) for a in result.algorithms]
+    assert times == sorted(times)
+    assert len({a.steps for a in result.algorithms}) == len(result.algorithms)
 
 
-def test_shared_nics_and_one_node_are_refused() -> None:
+def test_four_nodes_give_distinct_rail_schedules() -> None:
+    topo = builtin("4xndv4")
+    result = hierarchical(topo, make_collective("allreduce", 32), 1 << 20, sources=["ring", "direct", "doubling"])
+    rails = {(a.provenance["node_source"], a.provenance["rail_source"]) for a in result.algorithms}
+    assert ("ring", "ring") in rails and ("ring", "doubling") in rails and ("direct", "direct") in rails
+    steps = {a.provenance["rail_source"]: a.num_steps for a in result.algorithms
+             if a.provenance["node_source"] == "ring"}
+    # node ring RS + AG: 7 + 7 steps; rail AllReduce: ring 3 + 3, doubling 2 + 2, direct 1 + 1
+    assert steps == {"ring": 20, "doubling": 18, "direct": 16}
+
+
+@pytest.mark.parametrize("name", ["allgather", "reducescatter", "allreduce", "alltoall"])
+@pytest.mark.parametrize("source", ["direct", "ring", "doubling", "greedy"])
+def test_phase_sources_are_verified_or_decline(name: str, source: str) -> None:
+    node = sub_topology(builtin("2xndv4"), groups_of(builtin("2xndv4"))[0], "node")
+    algorithm = phase_schedule(source, node, make_collective(name, 8, 1))
+    if algorithm is None:
+        assert name == "alltoall" and source in ("ring", "doubling")
+    else:
+        verify(algorithm)
+
+
+def test_doubling_needs_a_power_of_two_and_ring_needs_its_links() -> None:
+    assert phase_schedule("doubling", builtin("fully_connected:6"), make_collective("allgather", 6)) is None
+    assert phase_schedule("direct", builtin("ring:5"), make_collective("allgather", 5)) is None
+    ring = phase_schedule("ring", builtin("ring:5"), make_collective("allgather", 5))
+    assert ring is not None and ring.num_steps == 4
+
+
+def test_composition_lowers_compiles_and_beats_the_library_at_64mb() -> None:
+    from collsynth.algorithms.registry import build
+    from collsynth.compiler.pipeline import compile_program
+    from collsynth.language.lower import lower_to_program
+    from collsynth.sim.simulate import simulate
+
+    topo = builtin("2xndv4")
+    result = hierarchical(topo, make_collective("allreduce", 16), 1 << 26, sources=["ring"])
+    ours = compile_program(lower_to_program(result.algorithms[0], inplace=True))
+    library = compile_program(build("hierarchical_allreduce", topo, num_nodes=2, inplace=True))
+    size = 1 << 26
+    assert simulate(ours, topo, [size]).rows[0].time_us < simulate(library, topo, [size]).rows[0].time_us
+
+
+def test_refusals() -> None:
     with pytest.raises(GreedyError, match="share NICs"):
         hierarchical(builtin("2xndv2"), make_collective("allreduce", 16))
     with pytest.raises(GreedyError, match="one node"):
         hierarchical(builtin("ndv4"), make_collective("allreduce", 8))
-    with pytest.raises(GreedyError, match="AllReduce only"):
-        hierarchical(builtin("2xndv4"), make_collective("allgather", 16))
+    with pytest.raises(GreedyError, match="not 'broadcast'"):
+        hierarchical(builtin("2xndv4"), make_collective("broadcast", 16))
+    with pytest.raises(GreedyError, match="unknown phase source"):
+        hierarchical(builtin("2xndv4"), make_collective("allreduce", 16), sources=["magic"])
+
+
+def test_a_past_deadline_keeps_the_first_candidate_only() -> None:
+    result = hierarchical(builtin("4xndv4"), make_collective("allreduce", 32), 1 << 20, sources=["ring", "direct"],
+                          deadline=0.0)
+    assert len(result.algorithms) == 1
+    assert sum("budget spent" in s.outcome for s in result.stages) == 3

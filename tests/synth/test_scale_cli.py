@@ -46,3 +46,32 @@ def test_trees_command_certifies_on_a_torus() -> None:
 def test_trees_refuses_alltoall() -> None:
     result = CliRunner().invoke(main, ["synth", "trees", "torus:3x3", "alltoall"])
     assert result.exit_code == 2 and "supported" in result.output
+
+
+def test_hier_writes_the_best_and_every_candidate(tmp_path: Path) -> None:
+    out, every = tmp_path / "algo.json", tmp_path / "all"
+    result = CliRunner().invoke(main, ["synth", "hier", "2xndv4", "alltoall", "--size", "1M", "--sources",
+                                       "direct,ring", "-o", str(out), "--all", str(every)])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("candidate ") == len(list(every.iterdir())) >= 2
+    best = Algorithm.load(out)
+    verify(best)
+    assert best.provenance["synthesizer"] == "hierarchical"
+
+
+def test_hier_refusals_are_one_line() -> None:
+    for args, needle in ((["synth", "hier", "ring:8", "allreduce"], "one node"),
+                         (["synth", "hier", "2xndv4", "broadcast"], "supported"),
+                         (["synth", "hier", "2xndv4", "allreduce", "--sources", "magic"], "unknown phase source")):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 2, (args, result.output)
+        assert needle in result.output and "\n" not in result.output.strip()
+
+
+def test_auto_prints_points_as_found(tmp_path: Path) -> None:
+    out = tmp_path / "algo.json"
+    result = CliRunner().invoke(main, ["synth", "auto", "2xndv4", "allreduce", "--size", "1M", "--time-limit", "30",
+                                       "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("found: hierarchical")
+    verify(Algorithm.load(out))

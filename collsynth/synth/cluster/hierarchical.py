@@ -1,29 +1,45 @@
-"""`hierarchical(topology, collective, size)`: AllReduce on N identical nodes, composed (issue 10, item 3).
+"""`hierarchical(topology, collective, size)`: AllReduce, AllGather, ReduceScatter and AllToAll on N
+identical nodes, composed from per-node and per-rail phase schedules (issue 10, item 3).
 
-In the spirit of BlueConnect / MSCCL++'s 2PH, but every phase is a time-expanded greedy schedule of the
-phase's own sub-topology, run once and replicated (nodes are identical; rails use disjoint NICs):
-  1. intra-node ReduceScatter: GPU (m, g) sums, over node m, the chunks c with c mod G = g;
-  2. inter-node AllReduce of those chunks over rail g = the GPUs (*, g) and the links between them;
-  3. intra-node AllGather of the chunks from their owner to the whole node.
-Phases follow each other in time (each starts at the previous one's makespan). Ranks are grouped by
-`topology.nodes`; every node must have the same number of GPUs and the same links.
+In the spirit of SCCL's distributors and MSCCL++'s 2PH: a plan (`hier_plans`) splits the collective into
+phases, each a small collective run by every node at once or by every rail (the GPUs of one index across
+nodes, one NIC each) at once. Each phase's schedule comes from a source (`hier_phases`: direct, ring,
+recursive doubling, the SCCL least-steps SMT synthesizer, or the time-expanded greedy), is synthesized once
+on the group's sub-topology and replicated over the groups, each phase chunk standing for a block of global
+chunks. A phase step becomes one global step whose rounds are the fewest that fit the global links and
+switch budgets. The result is a step-based `Algorithm` (lowered and compiled like the SMT ones), verified.
+
+Every (plan, node source, rail source) combination that applies is a candidate; `algorithms` holds them
+all, best first by the alpha-beta model time at the requested size (`model_time_us`). Which one is fastest
+in simulation depends on the size (direct phases have the fewest steps, rings the fewest bytes per NIC
+message): the catalog keeps each, and per size range the fastest simulated wins.
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
 
-from collsynth.collectives import Collective, make_collective
-from collsynth.core.enums import Op, Status
-from collsynth.schedule import COPY, REDUCE, Algorithm, Send, Step, SynthesisResult, verify
-from collsynth.synth.cluster.greedy import _reverse, chunk_megabytes
-from collsynth.synth.cluster.timexp import GreedyError, Transfers, run_greedy
+from collsynth.collectives import Collective
+from collsynth.core.costs import MIB
+from collsynth.core.enums import Status
+from collsynth.schedule import Algorithm, Send, StageReport, Step, SynthesisResult, verify
+from collsynth.synth.cluster.hier_phases import PHASE_SOURCES, min_rounds, phase_schedule
+from collsynth.synth.cluster.hier_plans import PLANS, Groups, Phase
+from collsynth.synth.cluster.timexp import GreedyError
 from collsynth.topologies import Switch, Topology
-from collsynth.topologies.symmetry import reversed_topology
+
+SUPPORTED = tuple(PLANS)
+NODE_SOURCES = ("direct", "ring", "smt")  # tried by default inside a node
+# tried by default across nodes; not `doubling`: its compiled IR (default options) deadlocks with 8-slot FIFOs
+# at 4+ nodes (bench/hier.py, docs/benchmarks.md), and it never won where it ran
+RAIL_SOURCES = ("direct", "ring", "oneshot")
 
 
-def _groups(topology: Topology) -> list[list[int]]:
+def groups_of(topology: Topology) -> list[list[int]]:
+    """Ranks per node, each sorted; refuses one-node topologies, unequal nodes and shared NICs."""
     if topology.nodes is None or topology.num_nodes < 2:
         raise GreedyError(f"hierarchical: {topology.name} is one node; use `synth greedy` or `synth trees`")
     nodes: dict[int, list[int]] = {}
@@ -38,7 +54,7 @@ def _groups(topology: Topology) -> list[list[int]]:
     return groups
 
 
-def _sub_topology(topology: Topology, ranks: list[int], name: str) -> Topology:
+def sub_topology(topology: Topology, ranks: Sequence[int], name: str) -> Topology:
     """The links among `ranks` (renumbered 0..k-1) and the switch budgets restricted to them."""
     local = {r: i for i, r in enumerate(ranks)}
     links = tuple(replace(x, src=local[x.src], dst=local[x.dst]) for x in topology.links
@@ -51,58 +67,119 @@ def _sub_topology(topology: Topology, ranks: list[int], name: str) -> Topology:
     return Topology(name, len(ranks), links, tuple(switches))
 
 
-def _placed(transfers: Transfers, ranks: list[int], chunk_of: list[int], op: Op, offset: float) -> list[Send]:
-    return [Send(chunk_of[c], ranks[s], ranks[d], op, t + offset, dur) for c, s, d, t, dur in
-            zip(transfers.chunk.tolist(), transfers.src.tolist(), transfers.dst.tolist(), transfers.start_us.tolist(),
-                transfers.duration_us.tolist(), strict=True)]
+def _members(groups: Groups, level: str) -> list[list[int]]:
+    if level == "node":
+        return [list(g) for g in groups]
+    return [[group[g] for group in groups] for g in range(len(groups[0]))]
 
 
-def _phases(topology: Topology, groups: list[list[int]], chunks: int, chunk_mb: float,
-            seed: int) -> tuple[list[Send], float]:
-    nodes, gpus = len(groups), len(groups[0])
-    per_owner = nodes * chunks  # chunks c with c mod gpus = g
-    node_topo = _sub_topology(topology, groups[0], f"{topology.name}.node")
-    # node AllGather (dual of the intra-node ReduceScatter): local chunk g*per_owner + k <-> global k*gpus + g
-    node_ag = make_collective("allgather", gpus, per_owner)
-    dual = run_greedy(reversed_topology(node_topo), node_ag, chunk_mb, seed=seed)
-    rs = _reverse(dual)
-    local_to_global = [(c % per_owner) * gpus + c // per_owner for c in range(node_ag.num_chunks)]
-    sends: list[Send] = []
-    for group in groups:
-        sends += _placed(rs, group, local_to_global, REDUCE, 0.0)
-    t1 = rs.makespan_us
-    rail_topo = _sub_topology(topology, [group[0] for group in groups], f"{topology.name}.rail")
-    rail_rs = _reverse(run_greedy(reversed_topology(rail_topo), make_collective("allgather", nodes, chunks), chunk_mb,
-                                  seed=seed))
-    rail_ag = run_greedy(rail_topo, make_collective("allgather", nodes, chunks), chunk_mb, seed=seed)
-    for g in range(gpus):
-        rail = [group[g] for group in groups]
-        chunk_of = [k * gpus + g for k in range(per_owner)]
-        sends += _placed(rail_rs, rail, chunk_of, REDUCE, t1)
-        sends += _placed(rail_ag, rail, chunk_of, COPY, t1 + rail_rs.makespan_us)
-    t2 = t1 + rail_rs.makespan_us + rail_ag.makespan_us
-    ag = run_greedy(node_topo, node_ag, chunk_mb, seed=seed)
-    for group in groups:
-        sends += _placed(ag, group, local_to_global, COPY, t2)
-    return sends, t2 + ag.makespan_us
+def compose(topology: Topology, collective: Collective, groups: Groups, phases: Sequence[Phase],
+            schedules: Sequence[Algorithm], name: str) -> Algorithm:
+    """Replicate each phase's schedule over its groups, phase after phase; verified."""
+    steps: list[Step] = []
+    for phase, schedule in zip(phases, schedules, strict=True):
+        members = _members(groups, phase.level)
+        for step in schedule.steps:
+            sends = [Send(chunk, ranks[s.src], ranks[s.dst], s.op) for index, ranks in enumerate(members)
+                     for s in step.sends for chunk in phase.chunks_of(index, s.chunk)]
+            steps.append(Step(min_rounds(topology, sends), tuple(sends)))
+    algorithm = Algorithm(name, topology, collective, tuple(steps))
+    verify(algorithm)
+    return algorithm
+
+
+def model_time_us(algorithm: Algorithm, size_bytes: int) -> float:
+    """Alpha-beta time of a step-based schedule: per step, the slowest link or switch (its alpha plus its
+    sends times a chunk's beta, over its bandwidth), summed over steps."""
+    topology = algorithm.topology
+    coll = algorithm.collective
+    chunk_mb = size_bytes / max(coll.input_chunks, coll.output_chunks) / MIB
+    total = 0.0
+    for step in algorithm.steps:
+        per_link = Counter((s.src, s.dst) for s in step.sends)
+        slowest = 0.0
+        for (a, b), count in per_link.items():
+            link = topology.link(a, b)
+            assert link is not None
+            slowest = max(slowest, link.alpha_us + count / link.bandwidth * chunk_mb * link.beta_us_per_mb)
+        for switch in topology.switches:
+            through = sum(per_link[x] for x in switch.links if x in per_link)
+            if through:
+                slowest = max(slowest, through / switch.bandwidth * chunk_mb * switch.beta_us_per_mb)
+        total += slowest
+    return total
+
+
+def _sources(level: str, chosen: Sequence[str] | None) -> tuple[str, ...]:
+    default = NODE_SOURCES if level == "node" else RAIL_SOURCES
+    return tuple(chosen) if chosen else default
+
+
+def _candidates(topology: Topology, collective: Collective, groups: Groups, sources: Sequence[str] | None,
+                time_limit: float, deadline: float | None) -> tuple[list[Algorithm], list[StageReport]]:
+    cache: dict[tuple[str, str, str, int], Algorithm | None] = {}
+    out: list[Algorithm] = []
+    stages: list[StageReport] = []
+    subs = {"node": sub_topology(topology, groups[0], f"{topology.name}.node"),
+            "rail": sub_topology(topology, [g[0] for g in groups], f"{topology.name}.rail")}
+    for plan_name, plan in PLANS[collective.name].items():
+        phases = plan(groups, collective.chunks)
+        for node_source in _sources("node", sources):
+            for rail_source in _sources("rail", sources):
+                began = time.perf_counter()
+                label = f"{plan_name} node={node_source} rail={rail_source}"
+                if out and deadline is not None and began > deadline:  # anytime: keep what was composed
+                    stages.append(StageReport(label, 0.0, "skipped: budget spent"))
+                    continue
+                schedules = []
+                for phase in phases:
+                    source = node_source if phase.level == "node" else rail_source
+                    key = (phase.level, phase.collective.name, source, phase.collective.num_ranks)
+                    if key not in cache:
+                        cache[key] = phase_schedule(source, subs[phase.level], phase.collective, time_limit)
+                    schedules.append(cache[key])
+                if any(s is None for s in schedules):
+                    stages.append(StageReport(label, time.perf_counter() - began, "does not apply"))
+                    continue
+                name = f"hier-{collective.name}-{topology.name}-{plan_name}-{node_source}-{rail_source}"
+                algorithm = compose(topology, collective, groups, phases, [s for s in schedules if s], name)
+                twin = next((a.name for a in out if a.steps == algorithm.steps), None)
+                if twin is not None:  # e.g. every rail source is the same exchange on two nodes
+                    stages.append(StageReport(label, time.perf_counter() - began, f"same schedule as {twin}"))
+                    continue
+                algorithm = replace(algorithm, provenance={
+                    "synthesizer": "hierarchical", "plan": plan_name, "node_source": node_source,
+                    "rail_source": rail_source, "phases": [f"{p.level} {p.collective.name}" for p in phases]})
+                out.append(algorithm)
+                stages.append(StageReport(label, time.perf_counter() - began, f"{algorithm.num_steps} steps"))
+    return out, stages
 
 
 def hierarchical(topology: Topology, collective: Collective, size_bytes: int = 1 << 30, *,
-                 seed: int = 0) -> SynthesisResult:
-    """A verified, timed hierarchical AllReduce (see the module docstring)."""
-    if collective.name != "allreduce":
-        raise GreedyError(f"hierarchical: composes AllReduce only, not {collective.name!r}; use "
+                 sources: Sequence[str] | None = None, time_limit: float = 20.0,
+                 deadline: float | None = None) -> SynthesisResult:
+    """Every applicable hierarchical composition (see the module docstring), best first at `size_bytes`;
+    `time_limit` bounds each SMT phase solve; past `deadline` (a `time.perf_counter()` value) no further
+    candidate is composed once one exists."""
+    if collective.name not in SUPPORTED:
+        raise GreedyError(f"hierarchical: composes {', '.join(SUPPORTED)}, not {collective.name!r}; use "
                           "`synth greedy` for the others")
+    unknown = sorted(set(sources or ()) - set(PHASE_SOURCES))
+    if unknown:
+        raise GreedyError(f"hierarchical: unknown phase source {unknown[0]!r}; use some of {', '.join(PHASE_SOURCES)}")
+    if collective.num_ranks != topology.num_ranks:
+        raise GreedyError(f"hierarchical: collective has {collective.num_ranks} ranks, topology {topology.name} "
+                          f"has {topology.num_ranks}; make them match")
     began = time.perf_counter()
-    groups = _groups(topology)
-    sends, makespan = _phases(topology, groups, collective.chunks, chunk_megabytes(collective, size_bytes), seed)
-    by_start: dict[float, list[Send]] = {}
-    for send in sends:
-        by_start.setdefault(round(send.start_us or 0.0, 6), []).append(send)
-    steps = tuple(Step(1, tuple(by_start[t])) for t in sorted(by_start))
-    provenance = {"synthesizer": "hierarchical", "size_bytes": size_bytes, "seed": seed, "makespan_us": makespan,
-                  "phases": ["intra-node reducescatter", "rail allreduce", "intra-node allgather"]}
-    algorithm = Algorithm(f"hier-{collective.name}-{topology.name}", topology, collective, steps, provenance)
-    verify(algorithm)
-    return SynthesisResult(Status.SAT, (algorithm,), None, "time_us", "hierarchical", time.perf_counter() - began,
-                           provenance)
+    groups = groups_of(topology)
+    found, stages = _candidates(topology, collective, groups, sources, time_limit, deadline)
+    if not found:
+        raise GreedyError(f"hierarchical: no phase source applies to {topology.name} (missing links inside a "
+                          "node or a rail); use `synth greedy`")
+    timed = sorted(((model_time_us(a, size_bytes), i, a) for i, a in enumerate(found)), key=lambda x: x[:2])
+    best = [replace(a, provenance={**a.provenance, "size_bytes": size_bytes, "model_time_us": round(t, 3)})
+            for t, _, a in timed]
+    provenance = {"synthesizer": "hierarchical", "size_bytes": size_bytes, "candidates": len(best),
+                  "best": best[0].name, "model_time_us": round(timed[0][0], 3)}
+    return SynthesisResult(Status.SAT, tuple(best), None, "time_us", "hierarchical", time.perf_counter() - began,
+                           provenance, tuple(stages), topology=topology, collective=collective)
