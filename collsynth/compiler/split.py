@@ -20,7 +20,7 @@ from dataclasses import replace
 from collsynth.compiler.dag import transfer_chain
 from collsynth.compiler.errors import CompileError
 from collsynth.compiler.placement import ChannelledDAG, Placement, Schedule, TbPlan
-from collsynth.core.limits import MAX_CHANNELS
+from collsynth.core.limits import MAX_CHANNELS, MAX_COUNT
 from collsynth.core.steps import RECEIVING_TYPES, SENDING_TYPES
 from collsynth.core.targets import Target, get_target
 from collsynth.ir import SEND, Algo, coll_spelling
@@ -224,15 +224,22 @@ def fold_instances(program: Program) -> Program:
                                "(interleaved_replication=True)")
     from collsynth.compiler.lowering import instance_collective
 
+    # An op on chunks [i, i+c) of every copy is, in the folded layout, the one contiguous range [i*k, (i+c)*k)
+    # (part p of chunk j sits at j*k + p on both sides, so source and destination keep a constant offset): one
+    # op per piece of at most MAX_COUNT chunks, not one per chunk and part, so that steps stay few.
     ops = []
     for op in program.ops:
-        for part in range(k):
-            for m in range(op.src.count):
-                ops.append(replace(op, src=_part(op.src, m, part, k), dst=_part(op.dst, m, part, k)))
+        for start, count in _pieces(op.src.count * k):
+            ops.append(replace(op, src=Slot(op.src.rank, op.src.buffer, op.src.index * k + start, count),
+                               dst=Slot(op.dst.rank, op.dst.buffer, op.dst.index * k + start, count)))
     buffers = tuple(tuple((name, size * k) for name, size in named) for named in program.buffers)
     return replace(program, collective=instance_collective(program.collective, k), instances=1,
                    buffers=buffers, ops=tuple(ops))
 
 
-def _part(slot: Slot, m: int, part: int, k: int) -> Slot:
-    return Slot(slot.rank, slot.buffer, (slot.index + m) * k + part, 1)
+def _pieces(count: int) -> list[tuple[int, int]]:
+    """[0, count) as (start, count) pieces of at most MAX_COUNT chunks, as even as possible."""
+    parts = -(-count // MAX_COUNT)
+    base, extra = divmod(count, parts)
+    starts = [p * base + min(p, extra) for p in range(parts + 1)]
+    return [(starts[p], starts[p + 1] - starts[p]) for p in range(parts)]
