@@ -23,7 +23,7 @@ from collsynth.compiler.placement import ChannelledDAG, Placement, Schedule, TbP
 from collsynth.core.limits import MAX_CHANNELS, MAX_COUNT
 from collsynth.core.steps import RECEIVING_TYPES, SENDING_TYPES
 from collsynth.core.targets import Target, get_target
-from collsynth.ir import SEND, Algo, coll_spelling
+from collsynth.ir import NOP, REDUCE, SEND, Algo, Step, Threadblock, coll_spelling
 from collsynth.language.program import Program, Slot
 
 
@@ -57,6 +57,61 @@ def target_violation(ir: Algo, target: Target | str) -> str | None:
                 if step.cnt > t.max_count:
                     return (f"{t.runtime} moves at most {t.max_count} chunks per step; rank {gpu.id} thread block "
                             f"{tb.id} step {step.s} moves {step.cnt}")
+                if max(step.srcoff, step.dstoff) > t.max_offset:
+                    return (f"{t.runtime} stores a chunk offset in 16 bits (at most {t.max_offset}); rank {gpu.id} "
+                            f"thread block {tb.id} step {step.s} uses offset {max(step.srcoff, step.dstoff)}")
+            broken = _dependency_chain_break(tb.steps, t.max_reduce_fusion)
+            if broken is not None:
+                return (f"{t.runtime} ignores the XML: a chain of dependencies (nops) must end in a step that "
+                        f"carries a dependency itself; rank {gpu.id} thread block {tb.id} step {broken} does not")
+        crowded = _crowded_channel(gpu.tbs, t.max_tbs_per_channel)
+        if crowded is not None:
+            return f"{t.runtime} allows at most {t.max_tbs_per_channel} {crowded[1]} thread blocks per channel " \
+                   f"(too many {crowded[1]}s per channel); rank {gpu.id} channel {crowded[0]} has more"
+    return None
+
+
+def _crowded_channel(tbs: tuple[Threadblock, ...], limit: int) -> tuple[int, str] | None:
+    """The first (channel, 'send' or 'recv') with more than `limit` threadblocks of that side, if any."""
+    sends: dict[int, int] = {}
+    recvs: dict[int, int] = {}
+    for tb in tbs:
+        if tb.send >= 0:
+            sends[tb.chan] = sends.get(tb.chan, 0) + 1
+        if tb.recv >= 0:
+            recvs[tb.chan] = recvs.get(tb.chan, 0) + 1
+    for side, counts in (("send", sends), ("recv", recvs)):
+        for chan in sorted(counts):
+            if counts[chan] > limit:
+                return chan, side
+    return None
+
+
+def _dependency_chain_break(steps: tuple[Step, ...], max_fusion: int) -> int | None:
+    """The `s` of the first step that ends a list of nop dependencies without a dependency of its own, as the
+    loaders' parsers (msccl_parser.cc, topo.cc) walk a threadblock: consecutive `re` steps into one destination
+    (no depid, no hasdep, fewer than `max_fusion` reductions so far) continue one transfer and end no list."""
+    deps = pointer = reductions = 0
+    chain: tuple[str, int, str] | None = None  # (dstbuf, dstoff, srcbuf) of an open reduction chain
+    for step in steps:
+        if step.depid >= 0:
+            deps += 1
+        continuation = False
+        if step.type == REDUCE:
+            continuation = chain == (step.dstbuf, step.dstoff, step.srcbuf) and step.depid == -1
+            if not continuation:
+                chain = None
+        if step.type == NOP:
+            continue
+        if not continuation:
+            if deps > pointer and step.depid < 0:
+                return step.s
+            pointer = deps
+        if step.type != REDUCE:
+            chain = None
+        else:
+            reductions += 1
+            chain = None if step.hasdep or reductions == max_fusion else (step.dstbuf, step.dstoff, step.srcbuf)
     return None
 
 

@@ -183,3 +183,51 @@ def test_split_either_fits_and_runs_or_refuses(name, n, instances, max_steps, ma
         return
     assert target_violation(ir, target) is None
     assert passes(ir, program)
+
+
+def _with_steps(ir, steps, tb_index=0):
+    gpu = ir.gpus[0]
+    tbs = list(gpu.tbs)
+    tbs[tb_index] = replace(tbs[tb_index], steps=tuple(replace(s, s=k) for k, s in enumerate(steps)))
+    return replace(ir, gpus=(replace(gpu, tbs=tuple(tbs)),) + ir.gpus[1:])
+
+
+def test_a_nop_dependency_list_must_end_in_a_step_with_its_own_dependency() -> None:
+    """msccl_parser.cc / topo.cc: 'when there is a chain of dependencies, the last reduction must be a part of
+    the first immediate instruction ... XML will be ignored'."""
+    from collsynth.ir import NOP
+
+    ir = compile_program(build("ring_allreduce", 4))
+    first = ir.gpus[0].tbs[0].steps[0]
+    nop = replace(first, type=NOP, depid=1, deps=0, hasdep=False)
+    broken = _with_steps(ir, (nop, replace(first, depid=-1, deps=-1)) + ir.gpus[0].tbs[0].steps[1:])
+    for target in ("msccl-executor", "rccl", "msccl-legacy"):
+        assert "chain of dependencies" in target_violation(broken, target)
+    assert target_violation(broken, "none") is None
+    ended = _with_steps(ir, (nop, replace(first, depid=1, deps=0)) + ir.gpus[0].tbs[0].steps[1:])
+    assert target_violation(ended, "msccl-executor") is None
+
+
+def test_reduction_continuations_end_no_dependency_list() -> None:
+    """Consecutive `re` steps into one destination (no depid, no hasdep) are one transfer: a nop list before the
+    first is ended by the first, and the rest continue it."""
+    from collsynth.ir import NOP, REDUCE, Step
+
+    ir = compile_program(build("ring_allreduce", 4))
+    nop = Step(0, NOP, "i", -1, "i", -1, 0, depid=1, deps=0)
+    reduces = [Step(0, REDUCE, "s", k, "o", 0, 1, depid=1 if k == 0 else -1, deps=0 if k == 0 else -1)
+               for k in range(3)]
+    assert target_violation(_with_steps(ir, (nop, *reduces)), "rccl") is None
+    # a reduction into another destination is a new transfer: a nop list before it must end with its dependency
+    other = Step(0, REDUCE, "s", 5, "o", 1, 1)
+    assert "chain of dependencies" in target_violation(_with_steps(ir, (nop, *reduces, nop, other)), "rccl")
+
+
+def test_offsets_beyond_16_bits_and_crowded_channels_are_refused() -> None:
+    ir = compile_program(build("ring_allreduce", 4))
+    step = ir.gpus[0].tbs[0].steps[0]
+    far = _with_steps(ir, (replace(step, srcoff=40000),) + ir.gpus[0].tbs[0].steps[1:])
+    assert "16 bits" in target_violation(far, "msccl-executor")
+    tb = ir.gpus[0].tbs[0]
+    crowded = replace(ir, gpus=(replace(ir.gpus[0], tbs=tuple(replace(tb, id=k) for k in range(33))),) + ir.gpus[1:])
+    assert "too many sends per channel" in target_violation(crowded, "msccl-executor")
