@@ -191,8 +191,9 @@ def split_to_target(program: Program, target: Target | str, compile_once: Compil
 
 
 def _splits_steps(problem: str) -> bool:
-    """Spreading channels shortens threadblocks; it cannot reduce the number of thread blocks or custom colls."""
-    return "steps per thread block" in problem
+    """Spreading channels shortens threadblocks and thins crowded channels; it cannot reduce the number of thread
+    blocks per GPU or load custom colls."""
+    return "steps per thread block" in problem or "thread blocks per channel" in problem
 
 
 def steps_per_connection(ir: Algo) -> int:

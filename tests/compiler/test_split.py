@@ -231,3 +231,15 @@ def test_offsets_beyond_16_bits_and_crowded_channels_are_refused() -> None:
     tb = ir.gpus[0].tbs[0]
     crowded = replace(ir, gpus=(replace(ir.gpus[0], tbs=tuple(replace(tb, id=k) for k in range(33))),) + ir.gpus[1:])
     assert "too many sends per channel" in target_violation(crowded, "msccl-executor")
+
+
+def test_crowded_channels_are_thinned_by_spreading() -> None:
+    program = build("allpairs_alltoall", 8)
+    plain = compile_program(program)
+    per_channel = max(sum(1 for tb in gpu.tbs if tb.send >= 0 and tb.chan == c) for gpu in plain.gpus
+                      for c in range(plain.nchannels))
+    crowded = replace(get_target("rccl"), name="crowded", max_tbs_per_channel=per_channel - 1)
+    assert "thread blocks per channel" in target_violation(plain, crowded)
+    ir = compile_program(program, target=crowded)
+    assert target_violation(ir, crowded) is None and ir.nchannels > plain.nchannels
+    assert passes(ir, program)
