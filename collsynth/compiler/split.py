@@ -43,6 +43,10 @@ def target_violation(ir: Algo, target: Target | str) -> str | None:
     if ir.nchannels > t.max_channels:
         return f"{t.runtime} runs at most {t.max_channels} channels; the algorithm needs {ir.nchannels}"
     for gpu in ir.gpus:
+        ids = sorted(tb.id for tb in gpu.tbs)
+        if ids != list(range(len(ids))):
+            return (f"{t.runtime} needs each GPU's thread block ids to be 0..n-1 without a gap or repeat (thread "
+                    f"block is missing); rank {gpu.id} has {ids[:8]}{'...' if len(ids) > 8 else ''}")
         if len(gpu.tbs) > t.max_tbs_per_gpu:
             return (f"{t.runtime} runs at most {t.max_tbs_per_gpu} thread blocks per GPU (too many thread blocks are "
                     f"requested); rank {gpu.id} needs {len(gpu.tbs)}")

@@ -16,7 +16,8 @@ runtime's own loader (facts only; the sources are named per record).
 
 Rules every loader above shares (read in microsoft/msccl src/graph/topo.cc mscclGetAlgoFromXMLAndSetAlgo and
 src/include/msccl.h, Azure/msccl-executor-nccl src/misc/msccl/msccl_parser.cc mscclGetAlgoFromXmlFile and
-src/include/msccl/msccl_struct.h; RCCL's msccl_parser.cc is the executor's, ported):
+src/include/msccl/msccl_struct.h, ROCm/rccl src/misc/msccl/msccl_parser.cc at 4bb0b4a3, the same walk):
+- threadblock ids of a gpu are 0..n-1 without a gap ("thread block %d is missing"), none repeated.
 - `s >= MSCCL_MAX_NUM_STEPS` and `cnt >= MSCCL_MAX_COUNT` (72) refused; `id >= MSCCL_MAX_NUM_THREAD_BLOCKS` refused
   ("too many thread blocks are requested"); `chan < 0 || chan > MAXCHANNELS` refused.
 - per channel at most MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL (32) threadblocks with a send peer and 32 with a

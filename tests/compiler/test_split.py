@@ -243,3 +243,11 @@ def test_crowded_channels_are_thinned_by_spreading() -> None:
     ir = compile_program(program, target=crowded)
     assert target_violation(ir, crowded) is None and ir.nchannels > plain.nchannels
     assert passes(ir, program)
+
+
+def test_thread_block_ids_must_be_contiguous() -> None:
+    ir = compile_program(build("ring_allreduce", 4))
+    gpu = ir.gpus[0]
+    gap = replace(ir, gpus=(replace(gpu, tbs=tuple(replace(tb, id=tb.id + 1) for tb in gpu.tbs)),) + ir.gpus[1:])
+    assert "thread block is missing" in target_violation(gap, "rccl")
+    assert target_violation(ir, "rccl") is None
