@@ -6,18 +6,12 @@ hub-and-spoke model: a link between every pair of GPUs, plus one `Switch` budget
 (its port into the switch fabric carries one chunk per round, whichever peer it goes to).
 
 Alpha-beta figures per link class (`LinkClass` below, documented in docs/formats.md):
-- Unit: every beta is microseconds per MiB (2^20 bytes), as the simulator applies it (docs/formats.md).
-- V100 NVLink2 and InfiniBand EDR are TACCL's measured NDv2 profile (0.7 us / 46 us per MiB per NVLink;
-  2.6 us / 105 us per MiB per EDR NIC); DGX-2's NVSwitch port is TACCL's DGX2 profile (8 us per MiB).
-- Newer classes scale the peak bandwidth from the vendor's data sheet (GB/s = 10^9 B/s) by the same
-  achieved/peak ratio as the measured class of their kind (NVLink2: 25 GB/s peak is 41.94 us/MiB vs 46
-  measured; EDR: 12.5 GB/s is 83.89 us/MiB vs 105), so that every class is "achievable", not "peak".
-  Because that ratio is taken in the same unit as the beta it scales, a derived beta is the measured one
-  times peak_measured / peak_new (NVLink: 46 * 25 / GBps) whatever the byte unit: the per-MiB derivation
-  gives the same figures as the earlier per-10^6-byte one (tests/topologies pin both the MiB formula and
-  that it reproduces the measured classes from their own peaks). Alphas of the newer classes are
-  assumptions (slightly lower per generation); the ratios between classes matter more than their
-  absolute values.
+- Betas are us per MiB (2^20 B), as the simulator applies them. V100 NVLink2 and InfiniBand EDR are TACCL's
+  measured NDv2 profile (0.7 us / 46 us per MiB per NVLink; 2.6 / 105 per EDR NIC); DGX-2's NVSwitch port is
+  TACCL's DGX2 profile (8 us per MiB).
+- Newer classes scale the vendor's peak (GB/s = 10^9 B/s) by the achieved/peak ratio of the measured class of
+  their kind, taken per MiB (NVLink2: 25 GB/s is 41.94 us/MiB vs 46 measured), so a derived beta is the measured
+  one times peak_measured / peak_new whatever the byte unit. Alphas of the newer classes are assumptions.
 
 Multi-node composition `NxNAME`: N copies of a node topology; every GPU gets an `ib` link to every GPU
 of the other nodes (the network is a non-blocking fabric), but a GPU goes off-node only through its
@@ -38,15 +32,11 @@ from collsynth.core.caps import LINKS
 from collsynth.topologies.cluster import fattree
 from collsynth.topologies.model import Link, Switch, Topology, TopologyError, links_from_matrix
 
+
 # --- link classes --------------------------------------------------------------------------------
-
-MIB_PER_GB_US = 1048.576  # microseconds one MiB takes at 1 GB/s (2^20 bytes / 10^3 bytes per us)
-
-
 def peak_beta_us_per_mib(peak_gb_per_s: float) -> float:
-    """Microseconds per MiB at the peak bandwidth `peak_gb_per_s` (vendor GB/s, 10^9 bytes per second)."""
-    return MIB_PER_GB_US / peak_gb_per_s
-
+    """Microseconds per MiB at the peak bandwidth `peak_gb_per_s` (vendor GB/s: 10^3 bytes per us)."""
+    return 1048.576 / peak_gb_per_s
 
 # Achieved / peak bandwidth of TACCL's measured NDv2 links (see the module docstring), both per MiB.
 NVLINK_EFFICIENCY = peak_beta_us_per_mib(25.0) / 46.0
