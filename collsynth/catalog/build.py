@@ -79,11 +79,14 @@ class BuildSummary:
 
 def build_catalog(plan: Plan, db_path: str | os.PathLike[str], *, jobs: int = 1, cluster: str | None = None,
                   retry_failed: bool = False, on_event: Callable[[BuildEvent], None] | None = None,
-                  stale_after_s: float = DEFAULT_STALE_AFTER_S, wait_for_others: bool = True) -> BuildSummary:
+                  stale_after_s: float = DEFAULT_STALE_AFTER_S, wait_for_others: bool = True,
+                  target: str | None = None) -> BuildSummary:
     """Run every work item of `plan` that the database does not have yet and record the results. `cluster`
     ('tcp://HOST:PORT' or 'local:N') runs the items on Dask; it is reached and checked before the database
-    is created or changed."""
-    items = expand_plan(plan)
+    is created or changed. `target` (a runtime, collsynth.core.targets) compiles every entry for its limits."""
+    from collsynth.catalog.pipeline import with_target
+
+    items = with_target(expand_plan(plan), target)
     options: dict[str, Any] = {"jobs": jobs, "retry_failed": retry_failed, "on_event": on_event,
                                "stale_after_s": stale_after_s, "item_timeout_s": plan.item_timeout_s,
                                "wait_for_others": wait_for_others}

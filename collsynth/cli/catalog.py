@@ -38,18 +38,22 @@ def catalog() -> None:
                    "(pip install 'collsynth[dask]'); --jobs is then ignored")
 @click.option("--no-wait", is_flag=True, help="leave items other live builders hold to them (exit 1 if any) "
                                               "instead of waiting for them")
+@click.option("--target", type=click.Choice(("msccl-executor", "rccl", "msccl-legacy", "none")), default=None,
+              help="compile every entry for this runtime: split to its loader limits, or the entry fails naming "
+                   "the limit (default: no runtime's limits, as before)")
 def build(plan_path: Path, db_path: Path, jobs: int, retry_failed: bool, dry_run: bool, cluster: str | None,
-          no_wait: bool) -> None:
+          no_wait: bool, target: str | None) -> None:
     """Run PLAN (TOML): synthesize -> lower -> compile -> verify -> simulate every entry into the catalog.
 
     Re-running skips finished items; Ctrl-C keeps what finished; several builders may share one --db.
     Exit status: 0 done; 1 items left to other builders (--no-wait); 2 bad input, an unusable cluster or a
     lost Dask scheduler (finished items stay recorded: run again to resume); 130 interrupted."""
     from collsynth.catalog import Catalog, build_catalog, expand_plan, load_plan
+    from collsynth.catalog.pipeline import with_target
 
     plan = load_plan(plan_path)
     if dry_run:
-        items = expand_plan(plan)
+        items = with_target(expand_plan(plan), target)
         done: set[str] = set()
         if db_path.exists():
             with Catalog(db_path) as db:
@@ -61,7 +65,7 @@ def build(plan_path: Path, db_path: Path, jobs: int, retry_failed: bool, dry_run
         return
     with _progress() as progress:
         summary = build_catalog(plan, db_path, jobs=jobs, cluster=cluster, retry_failed=retry_failed,
-                                on_event=progress, wait_for_others=not no_wait)
+                                on_event=progress, wait_for_others=not no_wait, target=target)
     click.echo(str(summary))
     if summary.claimed_elsewhere:
         click.echo(f"incomplete: {summary.claimed_elsewhere} items are left to other builders still working on "
