@@ -144,26 +144,32 @@ def schedule(cdag: ChannelledDAG) -> Schedule:
     n = len(dag.instrs)
     depth, rdepth = depths(dag)
     succs: list[list[int]] = [[] for _ in range(n)]
-    pending = [0] * n
+    pending = [len(preds[i]) + len(after[i]) for i in range(n)]
     for i in range(n):
         for p in preds[i]:
             succs[p].append(i)
         for p in after[i]:
             succs[p].append(i)
-        pending[i] += len(preds[i]) + len(after[i])
-        if send_to[i] >= 0:
-            succs[i].append(send_to[i])
-            pending[send_to[i]] += 1
-    heap = [(depth[i], -rdepth[i], i) for i in range(n) if pending[i] == 0]
+        j = send_to[i]
+        if j >= 0:
+            succs[i].append(j)
+            pending[j] += 1
+    # The priority (depth, -rdepth, i) as one integer per instr: its rank in that order (keys are unique).
+    by_rank = sorted(range(n), key=lambda i: (depth[i], -rdepth[i], i))
+    rank = [0] * n
+    for k, i in enumerate(by_rank):
+        rank[i] = k
+    heap = [rank[i] for i in range(n) if pending[i] == 0]
     heapq.heapify(heap)
     order: list[int] = []
+    push, pop = heapq.heappush, heapq.heappop
     while heap:
-        _, _, i = heapq.heappop(heap)
+        i = by_rank[pop(heap)]
         order.append(i)
         for s in succs[i]:
             pending[s] -= 1
             if pending[s] == 0:
-                heapq.heappush(heap, (depth[s], -rdepth[s], s))
+                push(heap, rank[s])
     if len(order) < n:
         stuck = next(i for i in range(n) if pending[i] > 0)
         raise CompileError(f"{dag.where(stuck)}internal error: the instruction DAG has a cycle at {dag.instrs[stuck]}")

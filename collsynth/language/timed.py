@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from collsynth.core.limits import MAX_STEPS_PER_TB
 from collsynth.language.lower import lower_to_program
-from collsynth.language.program import Program
+from collsynth.language.program import ChunkOp, Program
 from collsynth.schedule import Algorithm
 
 
@@ -36,10 +36,10 @@ def timed_hints(program: Program) -> Program:
         counts[key] = seen + 1
         channel = seen // MAX_STEPS_PER_TB
         if s == d:
-            ops.append(replace(op, sendtb=tb(s, "local", s, channel), recvtb=None, channel=0))
+            ops.append(ChunkOp(op.op, op.src, op.dst, tb(s, "local", s, channel), None, 0, op.line, op.file))
         else:
-            ops.append(replace(op, sendtb=tb(s, "send", d, channel), recvtb=tb(d, "recv", s, channel),
-                               channel=channel))
+            ops.append(ChunkOp(op.op, op.src, op.dst, tb(s, "send", d, channel), tb(d, "recv", s, channel), channel,
+                               op.line, op.file))
     options = replace(program.options, threadblock_policy="manual", aggregate=False, program_message_order=True)
     return replace(program, ops=tuple(ops), options=options)
 
