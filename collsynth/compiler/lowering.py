@@ -271,13 +271,15 @@ def insert_nops(tbprog: TbProgram) -> TbProgram:
             index = new_index[t]
             return (t, s) if index is None else (t, index[s])
 
-        waited = {moved(t, s) for tb in tbs for step in tb.steps for t, s in step.deps}
+        shifted = any(index is not None for index in new_index)  # else every step keeps its index
+        waited = ({moved(t, s) for tb in tbs for step in tb.steps for t, s in step.deps} if shifted else
+                  {dep for tb in tbs for step in tb.steps for dep in step.deps})
         new_tbs = []
         for t, tb in enumerate(tbs):
             steps = []
             for step in tb.steps:
                 deps = step.deps
-                if deps:
+                if deps and (shifted or len(deps) > 1):
                     deps = tuple(moved(a, b) for a, b in deps)
                     for dep in deps[1:]:
                         steps.append(LStep(NOP, "i", -1, "o", -1, 0, (dep,), False, step.line))
