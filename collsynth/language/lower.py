@@ -195,6 +195,8 @@ class _Lowering:
         for k, (send, _, dst) in enumerate(planned):
             writers[(send.dst, dst)].append(k)
         planned = list(planned)
+        if not any(w != k for k, (send, src, _) in enumerate(planned) for w in writers.get((send.src, src), ())):
+            return planned  # no op writes what another reads: the order stays as it is
         while True:
             after: list[set[int]] = [set() for _ in planned]  # k -> ops that must come after k
             indegree = [0] * len(planned)
