@@ -28,8 +28,9 @@ from typing import Any
 from collsynth.collectives import Collective
 from collsynth.core.errors import CollsynthError
 from collsynth.encodings.milp_model import INF, MilpModel
-from collsynth.encodings.sccl_z3 import instance_symmetries, orbits
+from collsynth.encodings.sccl_z3 import instance_symmetries
 from collsynth.topologies import Topology
+from collsynth.topologies.symmetry import orbits
 
 
 class ImpossibleCollectiveError(CollsynthError):

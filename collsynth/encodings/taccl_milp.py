@@ -20,18 +20,18 @@ Two models (plus the greedy ordering between them, `milp_ordering.py`):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from types import MappingProxyType
-from typing import Any
 
 import numpy as np
-from networkx.utils import UnionFind  # type: ignore[import-untyped]
 
 from collsynth.core.errors import CollsynthError
 from collsynth.encodings.milp_instance import Arc, RoutingInstance, shortest_times
 from collsynth.encodings.milp_model import INF, Lin, MilpModel
 from collsynth.encodings.milp_ordering import COPY, ScheduleProblem, Transfer
+from collsynth.topologies.symmetry import orbits
 
 # release-time rows per link / budget (see _release_subsets)
 MAX_RELEASE_ROWS = 6
@@ -51,23 +51,6 @@ class RoutingError(CollsynthError):
 class Routes:
     """Per chunk, the links it crosses: a tree from its sources reaching all of its targets."""
     trees: tuple[tuple[Arc, ...], ...]
-
-
-# --- orbits of symmetric items -------------------------------------------------------------------
-
-def _orbits(items: list[Any], image: Callable[[Any], Iterable[Any]]) -> list[int]:
-    """Representative (lowest) index of each item's orbit under the maps `image(item) -> iterable of items`."""
-    index = {it: i for i, it in enumerate(items)}
-    sets = UnionFind(range(len(items)))
-    for i, it in enumerate(items):
-        for other in image(it):
-            sets.union(i, index[other])
-    representative = list(range(len(items)))
-    for members in sets.to_sets():
-        low = min(members)
-        for i in members:
-            representative[i] = low
-    return representative
 
 
 def check_routes(inst: RoutingInstance, routes: Routes) -> Routes:
@@ -127,19 +110,19 @@ def build_routing_model(inst: RoutingInstance, *, upper_bound: float | None = No
     model = MilpModel(f"route_{inst.collective.name}_{inst.topology.name}")
     sym = inst.symmetry
     pairs = [(c, a) for c, ch in enumerate(inst.chunks) for a in ch.arcs]
-    reps = _orbits(pairs, lambda p: [(sym.chunk_perms[g][p[0]], sym.map_arc(g, p[1])) for g in range(sym.order)])
-    rep_col: dict[int, int] = {}
+    reps = orbits(pairs, [partial(_move_pair, inst, g) for g in range(sym.order)])
+    rep_col: dict[tuple[int, Arc], int] = {}
     x_col: dict[tuple[int, Arc], int] = {}
-    for i, pair in enumerate(pairs):
-        r = reps[i]
+    for pair in pairs:
+        r = reps[pair]
         if r not in rep_col:
             rep_col[r] = model.add_binaries(1)[0]
         x_col[pair] = rep_col[r]
     makespan = model.add_columns(1, lb=0.0, ub=upper_bound if upper_bound is not None else INF, cost=1.0)[0]
     chunk_reps = sorted({min(sym.chunk_perms[g][c] for g in range(sym.order)) for c in range(len(inst.chunks))})
     arcs = sorted({a for ch in inst.chunks for a in ch.arcs})
-    arc_rep = _orbits(arcs, lambda a: [sym.map_arc(g, a) for g in range(sym.order)])
-    rep_arcs = [a for i, a in enumerate(arcs) if arc_rep[i] == i]
+    arc_rep = orbits(arcs, [partial(sym.map_arc, g) for g in range(sym.order)])
+    rep_arcs = [a for a in arcs if arc_rep[a] == a]
     makespan_rows: list[int] = []
 
     def bound_makespan(family: str, cols: list[int], coefs: list[float], const: float = 0.0) -> None:
@@ -154,9 +137,14 @@ def build_routing_model(inst: RoutingInstance, *, upper_bound: float | None = No
     used_col = _link_load(model, inst, x_col, rep_arcs, head, tail, bound_makespan)
     _budget_load(model, inst, x_col, used_col, head, tail, bound_makespan)
     _fanout_after_arrival(model, inst, x_col, flow_col, chunk_reps, bound_makespan)
-    unique_col, orbits = _unique_links(model, inst, x_col, flow_col, chunk_reps)
+    unique_col, orbit_sizes = _unique_links(model, inst, x_col, flow_col, chunk_reps)
     return RoutingModel(model, MappingProxyType(x_col), MappingProxyType(flow_col), MappingProxyType(used_col),
-                        MappingProxyType(unique_col), makespan, tuple(makespan_rows), MappingProxyType(orbits))
+                        MappingProxyType(unique_col), makespan, tuple(makespan_rows), MappingProxyType(orbit_sizes))
+
+
+def _move_pair(inst: RoutingInstance, g: int, pair: tuple[int, Arc]) -> tuple[int, Arc]:
+    """The image of (chunk, link) under the instance's symmetry g."""
+    return inst.symmetry.chunk_perms[g][pair[0]], inst.symmetry.map_arc(g, pair[1])
 
 
 def _receive_once(model: MilpModel, inst: RoutingInstance, x_col: XCols, chunk_reps: list[int]) -> None:
@@ -346,21 +334,21 @@ def _unique_links(model: MilpModel, inst: RoutingInstance, x_col: XCols, flow_co
         if a in inst.unique_links:
             users.setdefault(a, []).append(col)
     links = sorted(users)
-    link_rep = _orbits(links, lambda a: [sym.map_arc(g, a) for g in range(sym.order)])
-    orbit_size: dict[int, int] = {}
-    for r in link_rep:
+    link_rep = orbits(links, [partial(sym.map_arc, g) for g in range(sym.order)])
+    orbit_size: dict[Arc, int] = {}
+    for r in link_rep.values():
         orbit_size[r] = orbit_size.get(r, 0) + 1
     unique_col: dict[Arc, int] = {}
-    orbit_col: dict[int, int] = {}
-    for i, a in enumerate(links):
-        r = link_rep[i]
+    orbit_col: dict[Arc, int] = {}
+    for a in links:
+        r = link_rep[a]
         if r not in orbit_col:
             orbit_col[r] = model.add_columns(1, lb=0.0, ub=1.0, integer=True)[0]
         unique_col[a] = orbit_col[r]
-    for i, a in enumerate(links):
-        if link_rep[i] != i:
+    for a in links:
+        if link_rep[a] != a:
             continue
-        u = orbit_col[i]
+        u = orbit_col[a]
         if inst.unique_policy == "min":
             for col in sorted(set(users[a])):
                 model.add_le("unique_link_used", Lin.of(col), Lin.of(u))
