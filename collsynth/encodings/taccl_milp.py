@@ -40,7 +40,7 @@ MAX_RELEASE_ROWS = 6
 XCols = Mapping[tuple[int, Arc], int]  # (chunk, link) -> x column
 FlowCols = dict[tuple[int, int, Arc], int]  # (chunk, target, link) -> f column
 Times = Mapping[tuple[int, Arc], float]  # (chunk, link) -> earliest start there (head) / least time after (tail)
-BoundMakespan = Callable[..., None]  # (family, cols, coefs, const=0.0): adds const + expr <= T
+BoundMakespan = Callable[[str, Lin[int]], None]  # (family, expr): adds the row expr <= T
 
 
 class RoutingError(CollsynthError):
@@ -125,10 +125,9 @@ def build_routing_model(inst: RoutingInstance, *, upper_bound: float | None = No
     rep_arcs = [a for a in arcs if arc_rep[a] == a]
     makespan_rows: list[int] = []
 
-    def bound_makespan(family: str, cols: list[int], coefs: list[float], const: float = 0.0) -> None:
-        # const + expr <= T
-        makespan_rows.append(model.num_rows)
-        model.add_row(family, cols + [makespan], coefs + [-1.0], hi=-const)
+    def bound_makespan(family: str, expr: Lin[int]) -> None:
+        # expr <= T
+        makespan_rows.append(model.add_le(family, expr, Lin.of(makespan)))
 
     _receive_once(model, inst, x_col, chunk_reps)
     _send_only_held(model, inst, x_col, chunk_reps)
@@ -196,7 +195,8 @@ def _path_flows(model: MilpModel, inst: RoutingInstance, x_col: XCols, chunk_rep
                         balance[v] = balance.get(v, Lin({})) + Lin.of(col, sign)
             for v, net in balance.items():
                 model.add_eq("flow_conservation", net, 1.0 if v == d else 0.0)
-            bound_makespan("arrival_before_makespan", list(cols), [inst.link_cost[a] for a in arcs])
+            arrival = Lin.weighted((col, inst.link_cost[a]) for col, a in zip(cols, arcs, strict=True))
+            bound_makespan("arrival_before_makespan", arrival)
     return flow_col
 
 
@@ -227,16 +227,17 @@ def _head_tail(inst: RoutingInstance) -> tuple[dict[tuple[int, Arc], float], dic
 
 
 def _release_subsets(jobs: list[tuple[float, float, int, float]],
-                     limit: int = MAX_RELEASE_ROWS) -> Iterator[tuple[float, list[int], list[float], int]]:
-    """For jobs (head, tail, column, coefficient) sharing one link or budget: the subsets "every job
-    released at or after h", for up to `limit` thresholds h. Each yields (h + least tail, cols, coefs, count):
-    such jobs all start after h and run one at a time, so h + their total time + a tail <= T."""
+                     limit: int = MAX_RELEASE_ROWS) -> Iterator[tuple[Lin[int], int]]:
+    """For jobs (head, tail, column, time) sharing one link or budget: the subsets "every job released at or
+    after h", for up to `limit` thresholds h. Each yields (h + sum_j time_j x_j + least tail, how many jobs):
+    such jobs all start after h and run one at a time, so that expression is a lower bound on T."""
     heads = sorted({h for h, *_ in jobs})
     if len(heads) > limit:
         heads = [heads[round(i * (len(heads) - 1) / (limit - 1))] for i in range(limit)]
     for h in heads:
         members = [j for j in jobs if j[0] >= h]
-        yield h + min(j[1] for j in members), [j[2] for j in members], [j[3] for j in members], len(members)
+        least_tail = min(j[1] for j in members)
+        yield Lin.weighted((col, time) for _, _, col, time in members) + (h + least_tail), len(members)
 
 
 def _link_load(model: MilpModel, inst: RoutingInstance, x_col: XCols, rep_arcs: list[Arc], head: Times,
@@ -257,19 +258,18 @@ def _link_load(model: MilpModel, inst: RoutingInstance, x_col: XCols, rep_arcs: 
         per_chunk = inst.link_alpha[a] / max(1, inst.max_together) + inst.link_beta[a] if grouped \
             else inst.link_cost[a]
         jobs = [(head[(c, a)], tail[(c, a)], col, per_chunk) for c, col in pairs]
-        for const, cols, coefs, count in _release_subsets(jobs):
-            if count > 1 or const > 0:
-                bound_makespan("link_load", cols, coefs, const)
+        for finish, count in _release_subsets(jobs):
+            if count > 1 or finish.const > 0:
+                bound_makespan("link_load", finish)
         if grouped:
             used = model.add_columns(1, lb=0.0, ub=1.0)[0]
             for g in range(sym.order):
                 used_col[sym.map_arc(g, a)] = used
             for col in {col for _, col in pairs}:
                 model.add_le("link_used", Lin.of(col), Lin.of(used))
-            const = min(head[(c, a)] for c, _ in pairs) + min(tail[(c, a)] for c, _ in pairs)
-            cols = [col for _, col in pairs]
-            bound_makespan("link_load_alpha_once", [used] + cols,
-                           [inst.link_alpha[a]] + [inst.link_beta[a]] * len(cols), const)
+            release = min(head[(c, a)] for c, _ in pairs) + min(tail[(c, a)] for c, _ in pairs)
+            transfer = Lin.of(used, inst.link_alpha[a]) + Lin.total((col for _, col in pairs), inst.link_beta[a])
+            bound_makespan("link_load_alpha_once", transfer + release)
     return used_col
 
 
@@ -293,9 +293,9 @@ def _budget_load(model: MilpModel, inst: RoutingInstance, x_col: XCols, used_col
         if key in seen:
             continue
         seen.add(key)
-        for const, cols, coefs, count in _release_subsets(jobs):
+        for finish, count in _release_subsets(jobs):
             if count > 1:
-                bound_makespan("budget_load", cols, coefs, const)
+                bound_makespan("budget_load", finish)
 
 
 def _fanout_after_arrival(model: MilpModel, inst: RoutingInstance, x_col: XCols, flow_col: FlowCols,
@@ -315,10 +315,9 @@ def _fanout_after_arrival(model: MilpModel, inst: RoutingInstance, x_col: XCols,
                 sends = [a for a in arcs_from.get(u, ()) if a in res.links]
                 if len(sends) < 2:
                     continue
-                path = [(flow_col[(c, u, a)], inst.link_cost[a]) for a in ch.paths_to[u]]
-                cols = [col for col, _ in path] + [x_col[(c, a)] for a in sends]
-                coefs = [w for _, w in path] + [inst.link_cost[a] for a in sends]
-                bound_makespan("fanout_after_arrival", cols, coefs)
+                arrival = Lin.weighted((flow_col[(c, u, a)], inst.link_cost[a]) for a in ch.paths_to[u])
+                fanout = Lin.weighted((x_col[(c, a)], inst.link_cost[a]) for a in sends)
+                bound_makespan("fanout_after_arrival", arrival + fanout)
 
 
 def _unique_links(model: MilpModel, inst: RoutingInstance, x_col: XCols, flow_col: FlowCols,
