@@ -34,6 +34,7 @@ from collsynth.encodings.milp_solvers import (
     solve_matrix,
     stop_grace,
 )
+from collsynth.schedule.result import ModelSize
 
 INF = math.inf
 FEASIBILITY_TOL = 1e-6
@@ -121,20 +122,6 @@ def equal(lhs: Lin[Key], rhs: Lin[Key] | float) -> Row[Key]:
 def between(lo: float, expr: Lin[Key], hi: float) -> Row[Key]:
     """lo <= expr <= hi."""
     return Row(expr.terms, lo - expr.const, hi - expr.const)
-
-
-@dataclass(frozen=True)
-class ModelSize:
-    columns: int
-    integer_columns: int
-    rows: int
-    nonzeros: int
-    # rows per constraint family, in the order they were added
-    families: tuple[tuple[str, int], ...] = ()
-
-    def __str__(self) -> str:
-        return (f"{self.columns} cols ({self.integer_columns} integer), {self.rows} rows, "
-                f"{self.nonzeros} nonzeros")
 
 
 class MilpModel:

@@ -27,7 +27,7 @@ from collsynth.encodings.taccl_milp import (
     set_makespan_objective,
     transfers_from_routes,
 )
-from collsynth.schedule.result import StageReport
+from collsynth.schedule.result import ModelSize, StageReport
 from collsynth.synth.milp.errors import MilpSynthesisError
 from collsynth.synth.milp.ordering import RULES, best_list_schedule, greedy_joins, pattern_joins
 from collsynth.synth.milp.parameters import (
@@ -260,7 +260,8 @@ def group_spread(work: RouteWork, budget: StageBudget) -> StageOutcome:
                                      status=status, solver=work.solver, budget_cut=cut, note=note),))
 
 
-def _solver_report(name: str, result: SolveResult, extra_seconds: float, note: str, size: object) -> StageReport:
+def _solver_report(name: str, result: SolveResult, extra_seconds: float, note: str,
+                   size: ModelSize | None) -> StageReport:
     return StageReport(name, result.seconds + extra_seconds, result.status, result.objective, status=result.status,
                        bound=result.bound, gap=result.gap, solver=result.solver, size=size, note=note)
 
