@@ -215,14 +215,17 @@ def group_patterns(work: RouteWork, budget: StageBudget) -> StageOutcome:
     inst, p = work.inst, work.parameters
     sign = {"min": 1, "max": -1}.get(inst.unique_policy or "", 0)
     started = time.perf_counter()
-    deadline = budget.deadline()
     # a schedule already at the lower bound: other groupings could only tie with it
     at_bound = p.within_gap(work.incumbent, work.lower, work.gap)
     joined: list[tuple[float, int, float, int, Candidate]] = []
     for cand in work.candidates:
-        orders, timing = greedy_joins(cand.problem, cand.orders)
-        if not at_bound:
-            patterned, pattern_timing = pattern_joins(cand.problem, cand.orders, deadline=deadline)
+        # the deadline is checked between joins; past it, the rest compete with the joins made so far
+        if budget.cut():
+            orders, timing = cand.orders, cand.timing
+        else:
+            orders, timing = greedy_joins(cand.problem, cand.orders, stop=budget.cut)
+        if not at_bound and not budget.cut():
+            patterned, pattern_timing = pattern_joins(cand.problem, cand.orders, stop=budget.cut)
             if pattern_timing.makespan < timing.makespan - p.tie_us:
                 orders, timing = patterned, pattern_timing
                 cand = Candidate(cand.problem, orders, timing, cand.routes)
