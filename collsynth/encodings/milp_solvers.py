@@ -40,9 +40,9 @@ SOLVERS = ("cbc", "highs")
 # process without a timeout (checked on PuLP 3.3.2: its `timeLimit` only becomes CBC's `-sec` option and
 # `actualSolve` then calls `cbc.wait()` with no timeout and no kill), so the CBC process is run here
 # (with the .mps/.mst files and options PuLP writes, and PuLP reading the .sol back): at the limit plus
-# the stop grace it gets SIGINT, on which the
-# cbc program sets its node and time limits to zero, stops at its next check and writes its best solution
-# ("Stopped on ctrl-c"); if it has not exited the kill grace later it is killed and what it found is lost.
+# the stop grace it gets SIGINT, on which the cbc program sets its node and time limits to zero, stops at
+# its next check and writes its best solution ("Stopped on ctrl-c"); if it has not exited the kill grace
+# later it is killed and what it found is lost.
 CBC_STOP_GRACE = 1.0
 CBC_KILL_GRACE = 5.0
 
