@@ -161,15 +161,16 @@ class _FlowLP:
 
     def _conservation(self, commodity: Commodity, cols: dict[tuple[int, int], tuple]) -> None:
         # in(r) - out(r) = [r == sink] for every rank that is not a source
-        net: dict[int, Lin[ColumnKey]] = defaultdict(lambda: Lin({}))  # rank -> in(r) - out(r)
+        into: dict[int, list[ColumnKey]] = defaultdict(list)
+        out_of: dict[int, list[ColumnKey]] = defaultdict(list)
         for (a, b), col in cols.items():
-            net[b] += Lin.of(col)
-            net[a] -= Lin.of(col)
+            into[b].append(col)
+            out_of[a].append(col)
         for r in range(self.topology.num_ranks):
             if r not in commodity.sources:
                 rhs = 1.0 if r == commodity.sink else 0.0
-                if net[r].terms or rhs:
-                    self.rows.append(equal(net[r], rhs))
+                if into[r] or out_of[r] or rhs:
+                    self.rows.append(equal(Lin.total(into[r]) - Lin.total(out_of[r]), rhs))
 
     def add_usage(self, usage: dict[tuple[int, int], tuple], multiplicity: int) -> None:
         for link, col in usage.items():
@@ -191,10 +192,11 @@ class _FlowLP:
         keys = {key for row in self.rows for key in row.terms} | {self.ROUNDS}
         orbit = orbits(keys, moves)
         column = {key: i for i, key in enumerate(sorted({orbit[k] for k in keys}))}  # type: ignore[type-var]
+        column_of = {key: column[orbit[key]] for key in keys}  # a key's orbit column
         # symmetric images of a row become the same row once columns are orbits: keep one of each
         unique: dict[tuple[Any, ...], Row[int]] = {}
         for row in self.rows:
-            merged = row.renamed(lambda key: column[orbit[key]])
+            merged = row.renamed(column_of.__getitem__)
             unique.setdefault((tuple(sorted(merged.terms.items())), merged.lo, merged.hi), merged)
         return _solve_lp(len(column), column[self.ROUNDS], list(unique.values()))
 

@@ -44,7 +44,7 @@ Key = TypeVar("Key", bound=Hashable)  # what names a column: its index in a mode
 Other = TypeVar("Other", bound=Hashable)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Lin(Generic[Key]):
     """A linear expression sum(coef * x[col]) + const, for rows that read like their formula. Columns are
     model indices, or any keys that `renamed` maps to indices later (the flow-LP bound's symmetric orbits)."""
@@ -71,7 +71,7 @@ class Lin(Generic[Key]):
 
     def renamed(self, name: Callable[[Key], Other]) -> Lin[Other]:
         """The same expression over the columns name(key) (terms that meet are summed in order)."""
-        return Lin(Lin.weighted((name(c), v) for c, v in self.terms.items()).terms, self.const)
+        return Lin(_renamed(self.terms, name), self.const)
 
     def __add__(self, other: Lin[Key] | float) -> Lin[Key]:
         if not isinstance(other, Lin):
@@ -82,13 +82,18 @@ class Lin(Generic[Key]):
         return Lin(terms, self.const + other.const)
 
     def __sub__(self, other: Lin[Key] | float) -> Lin[Key]:
-        return self + (other * -1.0 if isinstance(other, Lin) else -other)
+        if not isinstance(other, Lin):
+            return Lin(self.terms, self.const - other)
+        terms = dict(self.terms)
+        for c, v in other.terms.items():
+            terms[c] = terms.get(c, 0.0) - v
+        return Lin(terms, self.const - other.const)
 
     def __mul__(self, k: float) -> Lin[Key]:
         return Lin({c: v * k for c, v in self.terms.items()}, self.const * k)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Row(Generic[Key]):
     """One constraint lo <= sum terms[col] * x[col] <= hi, built by `at_least` / `at_most` / `equal` /
     `between` from expressions, and added to a model by `MilpModel.add`."""
@@ -98,7 +103,15 @@ class Row(Generic[Key]):
     hi: float = math.inf
 
     def renamed(self, name: Callable[[Key], Other]) -> Row[Other]:
-        return Row(Lin(self.terms).renamed(name).terms, self.lo, self.hi)
+        return Row(_renamed(self.terms, name), self.lo, self.hi)
+
+
+def _renamed(terms: Mapping[Key, float], name: Callable[[Key], Other]) -> dict[Other, float]:
+    merged: dict[Other, float] = {}
+    for c, v in terms.items():
+        key = name(c)
+        merged[key] = merged.get(key, 0.0) + v
+    return merged
 
 
 def at_least(lhs: Lin[Key], rhs: Lin[Key] | float) -> Row[Key]:
