@@ -19,30 +19,32 @@ from collsynth.language.program import where
 Lines = Sequence[Sequence[Sequence[int]]]  # per gpu, per threadblock, per step: the DSL line (0: none)
 
 
-def check_ir(ir: Algo, lines: Lines | None = None, *, order: bool = True, source: str = "") -> Algo:
-    """Return the IR unchanged, or raise CompileError naming the limit or rule, where, and the DSL line."""
+def check_ir(ir: Algo, lines: Lines | None = None, *, order: bool = True, source: str = "",
+             max_steps: int | None = MAX_STEPS_PER_TB) -> Algo:
+    """Return the IR unchanged, or raise CompileError naming the limit or rule, where, and the DSL line.
+    `max_steps`: steps per threadblock (MSCCL's default; None when a target's own limit is checked later)."""
 
     def at(g: int, t: int, s: int) -> str:
         line = lines[g][t][s] if lines is not None else 0
         return where(line, source)
 
-    _check_limits(ir, at)
+    _check_limits(ir, at, max_steps)
     if order:
         _check_connections(ir, at)
         _check_cycles(ir, at)
     from collsynth.ir.validate import validate
 
-    validate(ir)
+    validate(ir, max_steps_per_tb=max_steps)
     return ir
 
 
-def _check_limits(ir: Algo, at) -> None:  # type: ignore[no-untyped-def]
+def _check_limits(ir: Algo, at, max_steps: int | None) -> None:  # type: ignore[no-untyped-def]
     for gpu in ir.gpus:
         for tb in gpu.tbs:
-            if len(tb.steps) > MAX_STEPS_PER_TB:
-                raise CompileError(f"{at(gpu.id, tb.id, MAX_STEPS_PER_TB)}rank {gpu.id} threadblock {tb.id} (send "
+            if max_steps is not None and len(tb.steps) > max_steps:
+                raise CompileError(f"{at(gpu.id, tb.id, max_steps)}rank {gpu.id} threadblock {tb.id} (send "
                                    f"{tb.send}, recv {tb.recv}, channel {tb.chan}) needs {len(tb.steps)} steps; MSCCL "
-                                   f"runs at most {MAX_STEPS_PER_TB} per threadblock: spread the ops over more "
+                                   f"runs at most {max_steps} per threadblock: spread the ops over more "
                                    "threadblocks or channels (sendtb/recvtb/ch hints), or aggregate chunks")
             if tb.chan >= MAX_CHANNELS:
                 raise CompileError(f"{at(gpu.id, tb.id, 0)}rank {gpu.id} threadblock {tb.id} uses channel {tb.chan}; "

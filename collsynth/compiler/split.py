@@ -180,7 +180,10 @@ def split_to_target(program: Program, target: Target | str, compile_once: Compil
                                "threadblocks or channels")
     first = problem
     limit = min(t.max_channels, MAX_CHANNELS)
-    base, k = ir.nchannels, 2
+    base = ir.nchannels
+    # k-way spreading leaves some threadblock at least 1/k of the longest one's steps: fewer ways cannot fit
+    longest = max((len(tb.steps) for _, tb in ir.threadblocks()), default=0)
+    k = max(2, -(-longest // t.max_steps_per_tb)) if "steps per thread block" in problem else 2
     while _splits_steps(problem) and base * k <= limit:
         try:
             candidate = _fit_ids(compile_once(program, k, False), t)

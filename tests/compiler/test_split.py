@@ -251,3 +251,18 @@ def test_thread_block_ids_must_be_contiguous() -> None:
     gap = replace(ir, gpus=(replace(gpu, tbs=tuple(replace(tb, id=tb.id + 1) for tb in gpu.tbs)),) + ir.gpus[1:])
     assert "thread block is missing" in target_violation(gap, "rccl")
     assert target_violation(ir, "rccl") is None
+
+
+def test_threadblocks_longer_than_msccls_default_fit_every_target_that_allows_them():
+    # a 130-rank ring AllReduce runs 260 steps (nops included) on one threadblock: above MSCCL's default 256
+    ring = LIBRARY["ring_allreduce"].builder(fully_connected(130))
+    with pytest.raises(Exception, match="needs 260 steps; MSCCL runs at most 256"):
+        compile_program(ring)
+    unlimited = compile_program(ring, "none")  # no runtime loads it: no step limit, one threadblock
+    assert max(len(tb.steps) for _, tb in unlimited.threadblocks()) == 260
+    assert passes(unlimited, ring)
+    for name in ("msccl-executor", "rccl"):
+        split = compile_program(ring, name)
+        assert target_violation(split, name) is None
+        assert max(len(tb.steps) for _, tb in split.threadblocks()) <= get_target(name).max_steps_per_tb
+        assert passes(split, ring)
