@@ -279,6 +279,12 @@ class Catalog:
             conn.execute("DELETE FROM claims WHERE key = ?", (item.key,))
         return ids
 
+    def set_provenance(self, entry_id: str, provenance: dict[str, Any]) -> None:
+        """Replace an entry's provenance (the builder adds tuning records for new sizes)."""
+        with self._write() as conn:
+            conn.execute("UPDATE entries SET provenance = ? WHERE id = ?",
+                         (json.dumps(provenance, sort_keys=True, default=str), entry_id))
+
     def add_times(self, entry_id: str, points: Sequence[SimPoint]) -> None:
         with self._write() as conn:
             self._insert_times(conn, entry_id, points)
