@@ -144,9 +144,8 @@ def test_export_directory(export_db: Path, tmp_path: Path) -> None:
 def test_range_boundaries_sit_at_the_simulated_crossover(export_db: Path) -> None:
     """At each boundary the next range's winner is strictly faster, one size step below it is not (checked
     by simulating both XMLs again), and every grid size is served by its fastest candidate."""
-    from collsynth.sim import simulate
-
     from collsynth.catalog.export import _candidate_ir
+    from collsynth.sim import simulate
 
     with Catalog(export_db) as catalog:
         groups = plan_export(catalog)
