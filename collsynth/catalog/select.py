@@ -129,7 +129,7 @@ class TunedRange:
         c = self.config
         return (f"{c.get('protocol')} x{c.get('instances')} {c.get('merge')}"
                 f"{'' if c.get('fusion', True) else ' nofuse'}{'' if c.get('pair_threadblocks', True) else ' tb/conn'}"
-                f"{' timed' if c.get('timed_order') else ''}")
+                f"{' timed' if c.get('timed_order') else ''}{' timed-merge' if c.get('timed_merge') else ''}")
 
 
 def tuned_ranges(provenance: Mapping[str, object]) -> list[TunedRange]:

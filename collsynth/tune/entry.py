@@ -65,7 +65,8 @@ def tune_entry_xml(candidate: Candidate, topology: Topology, collective: str, si
 def config_key(config: Config) -> str:
     """A short stable name of a configuration's resource values (the algorithm left out): e.g. LL-i2-contiguous."""
     return (f"{config.protocol}-i{config.instances}-{config.merge}{'' if config.fusion else '-nofuse'}"
-            f"{'' if config.pair_threadblocks else '-tbconn'}{'-timed' if config.timed_order else ''}")
+            f"{'' if config.pair_threadblocks else '-tbconn'}{'-timed' if config.timed_order else ''}"
+            f"{'-timedmerge' if config.timed_merge else ''}")
 
 
 def record_config(record: dict[str, Any], algorithm: str) -> Config:
