@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 from collsynth.compiler import compile_program
 from collsynth.core.errors import CollsynthError
@@ -88,10 +89,10 @@ class Evaluator:
                 else:
                     assert candidate.program is not None
                     program = candidate.program
-                either_end = {"aggregate_either_end": True} if config.timed_merge else {}
+                options: dict[str, Any] = {"aggregate_either_end": True} if config.timed_merge else {}
                 self._irs[key] = compile_program(program, instances=config.instances, instr_fusion=config.fusion,
                                                  pair_threadblocks=config.pair_threadblocks,
-                                                 timed_order=config.timed_order, **either_end)
+                                                 timed_order=config.timed_order, **options)
             except CollsynthError as exc:
                 self._irs[key] = str(exc)
         return self._irs[key]
