@@ -164,12 +164,14 @@ class Catalog:
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """One short write transaction (taken immediately, so it never deadlocks on upgrade)."""
-        self._conn.execute("BEGIN IMMEDIATE")
+        """One short write transaction (taken immediately, so it never deadlocks on upgrade). BEGIN is inside
+        the guard: a Ctrl-C that lands just after it still rolls back, so the next write can start."""
         try:
+            self._conn.execute("BEGIN IMMEDIATE")
             yield self._conn
         except BaseException:
-            self._conn.execute("ROLLBACK")
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
             raise
         else:
             self._conn.execute("COMMIT")
