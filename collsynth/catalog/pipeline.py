@@ -93,22 +93,41 @@ def run_item(item: WorkItem) -> ItemResult:
                       synthesized.provenance)
 
 
+TUNED_XML = "tuned_xml"  # provenance key of the tuned XML texts, until the builder stores them by hash
+
+
 def with_tuning(entries: tuple[EntryResult, ...], item: WorkItem,
                 candidate: Callable[[], Any]) -> tuple[EntryResult, ...]:
     """The entries of one algorithm with its tuned configuration per size in their provenance (when at least
     one of them passed; a tuning failure is recorded, never raised)."""
     if not any(entry.passed for entry in entries):
         return entries
-    from collsynth.tune.entry import tune_entry
+    from collsynth.catalog.store import xml_sha256
+    from collsynth.tune.entry import tune_entry_xml
 
     started = time.perf_counter()
+    xmls: dict[str, str] = {}
+    tuned_candidate = candidate()
     try:
-        tuned: Any = tune_entry(candidate(), item.topology, item.collective_name, item.sizes, dtype=item.dtype)
+        tuned: Any
+        tuned, by_config = tune_entry_xml(tuned_candidate, item.topology, item.collective_name, item.sizes,
+                                          dtype=item.dtype, name=ir_name(item.topology, item.collective_name,
+                                                                         entries[0].name, entries[0].variant))
+        for record in tuned:  # the XML of each record's configuration; build.py moves it to the XML store
+            text = by_config[record["config_key"]]
+            record["xml_sha256"] = xml_sha256(text)
+            xmls[record["xml_sha256"]] = text
     except CollsynthError as exc:
         tuned = {"error": str(exc)}
     seconds = round(time.perf_counter() - started, 4)
-    return tuple(replace(entry, provenance={**entry.provenance, "tuned": tuned, "tune_seconds": seconds})
-                 if entry.passed else entry for entry in entries)
+    extra = {"tuned": tuned, "tune_seconds": seconds, TUNED_XML: xmls}
+    schedule = getattr(tuned_candidate, "algorithm", None) if isinstance(tuned, list) else None
+    if schedule is not None:  # kept so that new sizes can be tuned later (build.resimulate_missing)
+        text = schedule.to_json()
+        extra["tuned_algorithm_sha256"] = xml_sha256(text)
+        xmls[xml_sha256(text)] = text
+    return tuple(replace(entry, provenance={**entry.provenance, **extra}) if entry.passed else entry
+                 for entry in entries)
 
 
 def _library_candidate(name: str, item: WorkItem) -> Any:

@@ -191,18 +191,23 @@ def best(topology_spec: str, collective: str, size: str, db_path: Path, dtype: s
         ranked = rank_entries(db, topology_spec, collective, parse_size(size), dtype=dtype, inplace=inplace)[:top]
         if with_plans:
             _best_backend(db, topology_spec, collective, parse_size(size), dtype)
+    from collsynth.catalog.query import with_tuned_times
     from collsynth.catalog.select import tuned_at, tuned_ranges
 
+    ranked, how = with_tuned_times(ranked)
     if as_json:
         click.echo(json.dumps([{**_entry_json(r.entry), "size_bytes": r.size_bytes, "time_us": r.time_us,
-                                "busbw_GBps": r.busbw_GBps, "simulated_now": r.simulated,
-                                "tuned": tuned_at(r.entry.provenance, r.size_bytes)} for r in ranked], indent=1))
+                                "busbw_GBps": r.busbw_GBps, "simulated_now": r.simulated, "compiled_as": c,
+                                "tuned": tuned_at(r.entry.provenance, r.size_bytes)} for r, c in zip(ranked, how,
+                                                                                                     strict=True)],
+                              indent=1))
         return
     winner = ranked[0]
     click.echo(f"best: {winner.entry.name} [{winner.entry.id[:10]}] {winner.time_us:.2f} us, busbw "
-               f"{winner.busbw_GBps:.2f} GB/s at {format_size(winner.size_bytes)}")
-    rows = [(str(i + 1), r.entry.id[:10], r.entry.name, str(r.entry.variant), f"{r.time_us:.2f}",
-             f"{r.busbw_GBps:.2f}", f"{r.time_us / winner.time_us:.2f}x") for i, r in enumerate(ranked)]
+               f"{winner.busbw_GBps:.2f} GB/s at {format_size(winner.size_bytes)} ({how[0]})")
+    rows = [(str(i + 1), r.entry.id[:10], r.entry.name, c, f"{r.time_us:.2f}",
+             f"{r.busbw_GBps:.2f}", f"{r.time_us / winner.time_us:.2f}x") for i, (r, c) in enumerate(zip(ranked, how,
+                                                                                                       strict=True))]
     _table(("#", "id", "name", "compile", "time (us)", "busbw (GB/s)", "vs best"), rows)
     if any(r.simulated for r in ranked):
         click.echo(f"({format_size(winner.size_bytes)} is not on the stored grid: simulated now)", err=True)

@@ -71,7 +71,8 @@ def _compile_once(program: Program, spread: int, pair: bool, *, pair_sends: bool
             dag = seen("order_messages", order_messages(dag))
         if opts.aggregate:
             contiguous_io = program.instances == 1 or not opts.interleaved_replication
-            dag = seen("aggregate_contiguous", aggregate_contiguous(dag, contiguous_io=contiguous_io))
+            dag = seen("aggregate_contiguous", aggregate_contiguous(dag, contiguous_io=contiguous_io,
+                                                                        either_end=opts.aggregate_either_end))
         if opts.instr_fusion:
             dag = seen("fuse_instructions", fuse_instructions(dag))
         channelled = seen("assign_channels", spread_channels(assign_channels(dag), spread))

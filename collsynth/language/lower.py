@@ -33,6 +33,7 @@ from __future__ import annotations
 import heapq
 import json
 from collections import defaultdict
+from dataclasses import replace
 
 from collsynth.collectives import STANDARD, make_collective
 from collsynth.language.builder import ProgramBuilder, caller_location
@@ -66,7 +67,13 @@ def lower_to_program(algorithm: Algorithm, *, instances: int = 1, protocol: str 
     problems = builder.check()
     if problems:
         raise LoweringError(f"lowered program {builder.name!r} fails its postcondition: {problems[0]}")
-    return builder.build()
+    program = builder.build()
+    if any(send.start_us is not None for _, send in algorithm.sends()):
+        # A timed (MILP) schedule queues a link's messages in start order: a later message holding lower slots
+        # was timed later, and merging it in front makes the earlier chunk wait for it (relays lose their
+        # pipelining at large sizes). Runs grow upwards only, as before; the tuner may still ask for both.
+        program = replace(program, options=replace(program.options, aggregate_either_end=False))
+    return program
 
 
 class _Lowering:
