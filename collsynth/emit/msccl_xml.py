@@ -67,6 +67,7 @@ from collsynth.core.files import write_atomic
 from collsynth.core.targets import Target, get_target
 from collsynth.ir import Algo, Gpu, Step, Threadblock
 from collsynth.ir.validate import IRError, validate
+from collsynth.ir.xml_schema import check_xml_attributes
 
 ALGO_ATTRS = ("name", "proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace", "outofplace", "minBytes",
               "maxBytes")
@@ -215,6 +216,7 @@ class _Attrs:
 
     def __init__(self, label: str, elem: etree._Element) -> None:
         self.label, self.elem = label, elem
+        check_xml_attributes(str(elem.tag), dict(elem.attrib), f"{label}:{elem.sourceline}", XMLFormatError)
 
     def _where(self, name: str) -> str:
         return f"{self.label}:{self.elem.sourceline}: <{self.elem.tag}> attribute {name!r}"
