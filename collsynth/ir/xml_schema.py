@@ -17,9 +17,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, ValidationError
 
-from collsynth.core.caps import CHUNKS, RANKS, STEPS, Cap
+from collsynth.core.caps import CHUNKS, RANKS, STEPS
 from collsynth.core.limits import MAX_CHANNELS, MAX_COUNT
-from collsynth.core.schema import Strict
+from collsynth.core.schema import Strict, capped
 
 
 def _decimal(value: Any) -> Any:
@@ -33,15 +33,6 @@ def _decimal(value: Any) -> Any:
     return int(text)
 
 
-def _capped(cap: Cap) -> AfterValidator:
-    def check(value: int) -> int:
-        if value > cap.limit():
-            raise ValueError(f"{value} {cap.what} is above the cap of {cap.limit()} {cap.what}; raise it with "
-                             f"{cap.env}=N if you mean it")
-        return value
-    return AfterValidator(check)
-
-
 def _flag(value: int) -> int:
     if value not in (0, 1):
         raise ValueError("it must be 0 or 1")
@@ -50,10 +41,10 @@ def _flag(value: int) -> int:
 
 Integer = Annotated[int, BeforeValidator(_decimal)]
 Flag = Annotated[Integer, AfterValidator(_flag)]
-Count = Annotated[Integer, Field(ge=0), _capped(CHUNKS)]  # chunks of a buffer, per loop
-Rank = Annotated[Integer, Field(ge=0), _capped(RANKS)]
-Peer = Annotated[Integer, Field(ge=-1), _capped(RANKS)]  # -1: no peer
-Offset = Annotated[Integer, Field(ge=-1), _capped(CHUNKS)]  # -1: unused (a nop's operands)
+Count = Annotated[Integer, Field(ge=0), capped(CHUNKS)]  # chunks of a buffer, per loop
+Rank = Annotated[Integer, Field(ge=0), capped(RANKS)]
+Peer = Annotated[Integer, Field(ge=-1), capped(RANKS)]  # -1: no peer
+Offset = Annotated[Integer, Field(ge=-1), capped(CHUNKS)]  # -1: unused (a nop's operands)
 Bytes = Annotated[Integer, Field(ge=0)]
 Buffer = Literal["i", "o", "s"]
 Collective = Literal["allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce", "gather",
@@ -69,8 +60,8 @@ class AlgoAttributes(Strict):
     name: Annotated[str, Field(min_length=1, max_length=255)]  # the loaders' MAX_STR_LEN
     proto: Literal["Simple", "LL", "LL128"]
     nchannels: Annotated[Integer, Field(ge=1, le=MAX_CHANNELS)]
-    nchunksperloop: Annotated[Integer, Field(ge=1), _capped(CHUNKS)]
-    ngpus: Annotated[Integer, Field(ge=1), _capped(RANKS)]
+    nchunksperloop: Annotated[Integer, Field(ge=1), capped(CHUNKS)]
+    ngpus: Annotated[Integer, Field(ge=1), capped(RANKS)]
     minBytes: Bytes | None = None  # noqa: N815  (the loaders' attribute names)
     maxBytes: Bytes | None = None  # noqa: N815
 
@@ -83,14 +74,14 @@ class GpuAttributes(Strict):
 
 
 class ThreadblockAttributes(Strict):
-    id: Annotated[Integer, Field(ge=0), _capped(STEPS)]
+    id: Annotated[Integer, Field(ge=0), capped(STEPS)]
     send: Peer
     recv: Peer
     chan: Annotated[Integer, Field(ge=0, lt=MAX_CHANNELS)]
 
 
 class StepAttributes(Strict):
-    s: Annotated[Integer, Field(ge=0), _capped(STEPS)]
+    s: Annotated[Integer, Field(ge=0), capped(STEPS)]
     type: StepKind
     srcbuf: Buffer
     srcoff: Offset
