@@ -1,8 +1,8 @@
 """Ctrl-C (SIGINT to the process group) and SIGTERM (to the process) for every long command: exit 130, one
 `interrupted` line and no traceback, finished work kept where the command keeps any, nothing half-written, no
 process left running, no leaked semaphore (issue 16). Each case stops a real process at a moment fixed by a
-hook (tests/cli/signal_harness.py), so no case depends on the machine's speed; `tools/signals_50.sh` runs them
-50 times in a row."""
+hook (tests/cli/signal_harness.py), so no case depends on the machine's speed; tests/cli/repeat_signals.sh runs
+them all N times in a row."""
 
 from __future__ import annotations
 
@@ -16,6 +16,11 @@ import pytest
 from tests.cli.signal_harness import sleep_after, stop_command
 
 SIGNALS = [pytest.param(signal.SIGINT, id="SIGINT"), pytest.param(signal.SIGTERM, id="SIGTERM")]
+# In the normal suite only a few cases run (a fresh process each: seconds); `-m slow` runs them all.
+SLOW_SIGNALS = [pytest.param(signal.SIGINT, id="SIGINT", marks=pytest.mark.slow),
+                pytest.param(signal.SIGTERM, id="SIGTERM", marks=pytest.mark.slow)]
+SIGINT_ONLY_IN_CI = [SIGNALS[0], SLOW_SIGNALS[1]]
+SIGTERM_ONLY_IN_CI = [SLOW_SIGNALS[0], SIGNALS[1]]
 SKETCH = next((p for p in (Path(__file__).resolve().parents[2].parent / "shared/examples/taccl/sketch/sk1-ndv2-n1.json",
                            Path("/work/shared/examples/taccl/sketch/sk1-ndv2-n1.json")) if p.is_file()), None)
 
@@ -28,7 +33,7 @@ def _clean_stop(stopped, tmp_path: Path) -> None:
     assert not [p for p in tmp_path.rglob("*") if ".tmp" in p.name], "a temporary file was left behind"
 
 
-@pytest.mark.parametrize("signum", SIGNALS)
+@pytest.mark.parametrize("signum", SLOW_SIGNALS)
 def test_pareto_keeps_the_finished_points(tmp_path, signum):
     stopped = stop_command(sleep_after("collsynth.synth.report", "write_progress"),
                            ["synth", "pareto", "ring:3", "allgather", "--max-chunks", "2", "--report", "rep"],
@@ -39,7 +44,7 @@ def test_pareto_keeps_the_finished_points(tmp_path, signum):
 
 
 @pytest.mark.skipif(SKETCH is None, reason="needs ../shared/examples (TACCL sketches)")
-@pytest.mark.parametrize("signum", SIGNALS)
+@pytest.mark.parametrize("signum", SIGTERM_ONLY_IN_CI)
 def test_milp_stops_cbc_and_writes_nothing(tmp_path, signum):
     # the hook holds the driver while CBC runs (CBC has its own session: only our cleanup can stop it)
     hook = """
@@ -58,9 +63,10 @@ def test_milp_stops_cbc_and_writes_nothing(tmp_path, signum):
     assert not (tmp_path / "out.json").exists() and not (tmp_path / "rep").exists()
 
 
-@pytest.mark.parametrize("signum", SIGNALS)
+@pytest.mark.parametrize("signum", SIGINT_ONLY_IN_CI)
 @pytest.mark.parametrize(("command", "module", "name"), [
-    ("greedy", "collsynth.cli.synth_scale", "greedy"), ("auto", "collsynth.synth.cluster.auto", "auto")])
+    ("greedy", "collsynth.cli.synth_scale", "greedy"),
+    pytest.param("auto", "collsynth.synth.cluster.auto", "auto", marks=pytest.mark.slow)])
 def test_greedy_and_auto_write_nothing_half_done(tmp_path, signum, command, module, name):
     stopped = stop_command(sleep_after(module, name), ["synth", command, "ring:8", "allgather", "-o", "out.json",
                                                        "--report", "rep"], signum, cwd=tmp_path)
@@ -68,7 +74,7 @@ def test_greedy_and_auto_write_nothing_half_done(tmp_path, signum, command, modu
     assert not (tmp_path / "out.json").exists() and not (tmp_path / "rep").exists()
 
 
-@pytest.mark.parametrize("signum", SIGNALS)
+@pytest.mark.parametrize("signum", SLOW_SIGNALS)
 def test_tune_keeps_the_sizes_already_tuned(tmp_path, signum):
     from collsynth.topologies import ring
 
@@ -91,7 +97,7 @@ def _ring_algorithm(topology) -> str:
     return result.algorithm.to_json()
 
 
-@pytest.mark.parametrize("signum", SIGNALS)
+@pytest.mark.parametrize("signum", SLOW_SIGNALS)
 def test_regress_in_parallel_leaves_no_worker_and_keeps_the_finished_items(tmp_path, signum):
     # stopped while the first item of a 2-process build is being recorded: the workers are running
     plan = tmp_path / "suite.toml"
