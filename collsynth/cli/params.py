@@ -74,5 +74,6 @@ CHUNKS_OPTION = CappedInt(1, CHUNKS_PER_RANK)  # -c/--chunks of a solver
 STEPS_OPTION = CappedInt(1, STEPS)  # -s/--steps, --max-steps
 ROUNDS_OPTION = CappedInt(1, STEPS)  # -r/--rounds: a schedule has at least one round per step
 RANKS_OPTION = CappedInt(1, RANKS)
+ROOT_OPTION = CappedInt(0, RANKS)  # --root: a rank
 PROGRAM_RANKS_OPTION = CappedInt(1, PROGRAM_RANKS)  # ranks of a compiled program
 SEED = CappedInt(0, None, (1 << 32) - 1)  # numpy's seeds

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from collsynth.cli.params import CHUNKS_OPTION, ROUNDS_OPTION, SECONDS, STEPS_OPTION, OutputPath
+from collsynth.cli.params import CHUNKS_OPTION, ROOT_OPTION, ROUNDS_OPTION, SECONDS, STEPS_OPTION, OutputPath
 from collsynth.collectives import Collective, display_name, resolve_collective
 from collsynth.core.enums import Status
 from collsynth.core.errors import CollsynthError
@@ -27,6 +27,8 @@ def _problem(topology_spec: str, collective_spec: str, chunks: int, root: int | 
     if chunks < 1:
         raise SynthCliError(f"--chunks must be >= 1, got {chunks}")
     topology = resolve_topology(topology_spec)
+    if root is not None and not 0 <= root < topology.num_ranks:
+        raise SynthCliError(f"--root {root} is not a rank of {topology.name} (0..{topology.num_ranks - 1})")
     collective = resolve_collective(collective_spec, topology.num_ranks, 1, root=root)
     return topology, collective.split(chunks)
 
@@ -50,8 +52,8 @@ def _common(function: Any, time_help: str = "Seconds per solver call; a time-out
             "unsat.", time_default: float | None = 60.0) -> Any:
     function = click.option("--time-limit", type=SECONDS, default=time_default, show_default=True,
                             help=time_help)(function)
-    function = click.option("--root", type=int, default=None, help="Root rank of rooted collectives (default 0).")(
-        function)
+    function = click.option("--root", type=ROOT_OPTION, default=None,
+                            help="Root rank of rooted collectives (default 0).")(function)
     function = click.argument("collective")(function)
     function = click.argument("topology")(function)
     return function

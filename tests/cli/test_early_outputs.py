@@ -72,3 +72,14 @@ def test_least_steps_with_an_impossible_round_limit_is_cut_short(cli_runner, arg
     result = cli_runner.invoke(main, ["synth", "least-steps", *args, "--max-steps", "200"])
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 2 and len(lines) == 1 and why in lines[0] and "raise --rounds" in lines[0]
+
+
+@pytest.mark.parametrize("args", [
+    ["synth", "instance", "ring:4", "allgather", "-c1", "-s2", "--root", "-1"],
+    ["synth", "instance", "ring:4", "allgather", "-c1", "-s2", "--root", "4"],
+    ["synth", "greedy", "ring:4", "allgather", "--root", "-1"],
+])
+def test_a_root_that_is_not_a_rank_is_refused(cli_runner, args):
+    # found by the hand-written campaign (tests/fuzz/hand_campaign.py): ignored for unrooted collectives before
+    result = cli_runner.invoke(main, args)
+    assert result.exit_code == 2 and "--root" in result.output and len(result.output.strip().splitlines()) == 1
