@@ -120,7 +120,8 @@ def _describe(exc: ValidationError) -> str:
             return f"{field_path(loc[:2])}: a {synth} synthesizer needs '{loc[-1]}'"
         return f"'{path}' is missing; add it (the format: collsynth/catalog/plan.py, plans/quick.toml)"
     if kind == "union_tag_invalid":
-        return f"{path}.kind: unknown synthesizer {value.get('kind')!r}; use one of {', '.join(KINDS)}"
+        tag = value.get("kind") if isinstance(value, Mapping) else value
+        return f"{path}.kind: unknown synthesizer {tag!r}; use one of {', '.join(KINDS)}"
     if kind == "union_tag_not_found":
         return f"'{path}.kind' is missing; give one of {', '.join(KINDS)}"
     message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
@@ -170,7 +171,8 @@ def _union_kind(error: Mapping[str, Any]) -> str | None:
 
 def _known(kind: str | None, loc: tuple[Any, ...]) -> list[str]:
     if len(loc) >= 2 and loc[0] == "synthesizers" and kind is not None:
-        model: type[BaseModel] = {"pareto": ParetoSettings, "instance": InstanceSettings,
-                                  "least-steps": LeastStepsSettings, "milp": MilpSettings}[kind]
+        models: dict[str, type[BaseModel]] = {"pareto": ParetoSettings, "instance": InstanceSettings,
+                                              "least-steps": LeastStepsSettings, "milp": MilpSettings}
+        model = models[kind]
         return sorted(model.model_fields)
     return known_keys(PlanDocument, loc)
