@@ -52,7 +52,6 @@ from typing import Any
 
 import collsynth
 from collsynth.catalog.errors import PlanError
-from collsynth.catalog.plan_schema import check_plan_document
 from collsynth.collectives import Collective, resolve_collective
 from collsynth.core.caps import CHUNKS_PER_RANK, STEPS
 from collsynth.core.errors import CollsynthError
@@ -206,6 +205,8 @@ def load_plan(path: str | Path) -> Plan:
 def parse_plan(data: Mapping[str, Any], *, path: Path | None = None) -> Plan:
     """A Plan from parsed TOML (a mapping); `path` anchors relative file names and prefixes messages."""
     where = f"{path}: " if path else "plan: "
+    from collsynth.catalog.plan_schema import check_plan_document  # pydantic: only when a plan is read
+
     check_plan_document(data, where)  # the declared schema (catalog/plan_schema.py) first
     _no_unknown(data, {"name", "dtype", "sizes", "size_factor", "compile", "limits", "synthesizers", "targets"},
                 "", where)

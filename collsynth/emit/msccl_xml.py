@@ -67,7 +67,6 @@ from collsynth.core.files import write_atomic
 from collsynth.core.targets import Target, get_target
 from collsynth.ir import Algo, Gpu, Step, Threadblock
 from collsynth.ir.validate import IRError, validate
-from collsynth.ir.xml_schema import check_xml_attributes
 
 ALGO_ATTRS = ("name", "proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace", "outofplace", "minBytes",
               "maxBytes")
@@ -215,6 +214,8 @@ class _Attrs:
     """Typed access to one element's attributes with errors that name the element and line."""
 
     def __init__(self, label: str, elem: etree._Element) -> None:
+        from collsynth.ir.xml_schema import check_xml_attributes  # pydantic: only when a file is read
+
         self.label, self.elem = label, elem
         check_xml_attributes(str(elem.tag), dict(elem.attrib), f"{label}:{elem.sourceline}", XMLFormatError)
 
