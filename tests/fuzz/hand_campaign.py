@@ -2,8 +2,9 @@
 10 s, 0 bad inputs accepted). Run: `.venv/bin/python -m tests.fuzz.hand_campaign` from the repository root;
 prints one line per case that is not a clean refusal and the counts.
 
-A clean refusal is exit 2 with exactly one `error:` line and no traceback. Every case is bad input by
-construction, so an exit 0 counts as accepted garbage."""
+A clean refusal is exit 2 with exactly one `error:` line and no traceback (or, for `run`, its FAIL verdict with
+exit 1: an IR the interpreter refuses). Every case is bad input by construction, so an exit 0 counts as accepted
+garbage."""
 
 from __future__ import annotations
 
@@ -155,6 +156,8 @@ def run_case(runner: CliRunner, args: list[str]) -> tuple[str, str]:
         return "accepted", result.output[-200:]
     if result.exit_code == 2 and len(errors) == 1 and errors[0].startswith("error: "):
         return "clean", errors[0]
+    if result.exit_code == 1 and args[0] == "run" and result.stdout.startswith("FAIL "):
+        return "clean", result.stdout.splitlines()[0]  # `run`'s verdict: the interpreter refuses the program
     return f"exit {result.exit_code}", " | ".join(errors)[:300]
 
 
