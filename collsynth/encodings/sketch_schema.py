@@ -46,7 +46,7 @@ class SymmetryEntry(Strict):
 
 class SketchDocument(Strict):
     format: Literal["collsynth.sketch/1"] = "collsynth.sketch/1"
-    name: Annotated[str, Field(max_length=200)] = ""
+    name: Annotated[str, Field(max_length=1000)] = ""
     nodes: Nodes = 1
     chunkup: Chunkup = 1
     routes: Literal["auto", "shortest", "any"] = "auto"
