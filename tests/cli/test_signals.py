@@ -12,8 +12,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-
-from tests.cli.signal_harness import sleep_after, stop_command
+from signal_harness import sleep_after, stop_command
 
 SIGNALS = [pytest.param(signal.SIGINT, id="SIGINT"), pytest.param(signal.SIGTERM, id="SIGTERM")]
 # In the normal suite only a few cases run (a fresh process each: seconds); `-m slow` runs them all.

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from tests.fuzz.hand_campaign import main_campaign
+from hand_campaign import main_campaign
 
 
 @pytest.mark.slow
