@@ -62,7 +62,10 @@ def stop_command(hook: str, args: list[str], signum: int, *, cwd: Path, delay: f
                  timeout: float = 120.0) -> Stopped:
     """Run `hook` then `collsynth ARGS` in a new session; on the hook's `ready` line (after `delay` s) send
     `signum`; wait for the end (and for the processes it had started)."""
-    code = textwrap.dedent(hook) + f"\nfrom collsynth.cli import main\nmain({args!r})\n"
+    # A runner without job control (a background CI step, `nohup`) may start us with SIGINT ignored, and Python
+    # keeps an ignored SIGINT; a terminal's Ctrl-C reaches a process with the default handler, so restore it.
+    code = ("import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n" + textwrap.dedent(hook)
+            + f"\nfrom collsynth.cli import main\nmain({args!r})\n")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=cwd, start_new_session=True)
     assert proc.stdout is not None
