@@ -214,7 +214,10 @@ class _Attrs:
     """Typed access to one element's attributes with errors that name the element and line."""
 
     def __init__(self, label: str, elem: etree._Element) -> None:
+        from collsynth.ir.xml_schema import check_xml_attributes  # pydantic: only when a file is read
+
         self.label, self.elem = label, elem
+        check_xml_attributes(str(elem.tag), dict(elem.attrib), f"{label}:{elem.sourceline}", XMLFormatError)
 
     def _where(self, name: str) -> str:
         return f"{self.label}:{self.elem.sourceline}: <{self.elem.tag}> attribute {name!r}"
