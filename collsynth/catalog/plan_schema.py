@@ -25,7 +25,7 @@ Chunks = Annotated[int, Field(ge=1), capped(CHUNKS_PER_RANK)]
 Steps = Annotated[int, Field(ge=1), capped(STEPS)]
 Strings = str | list[str]
 Protocol = Literal["Simple", "LL", "LL128"]
-KINDS = ("pareto", "instance", "least-steps", "milp")
+KINDS = ("pareto", "instance", "least-steps", "milp", "greedy", "trees", "hierarchical")
 
 
 class CompileTable(Strict):
@@ -71,8 +71,29 @@ class MilpSettings(_Synthesizer):
     solver: Literal["highs", "cbc"] = "highs"
 
 
-Synthesizer = Annotated[ParetoSettings | InstanceSettings | LeastStepsSettings | MilpSettings,
-                        Field(discriminator="kind")]
+Size = str | Annotated[int, Field(ge=1)]
+
+
+class GreedySettings(_Synthesizer):
+    kind: Literal["greedy"]
+    size: Size = "1GB"
+    seed: int = 0
+
+
+class TreesSettings(_Synthesizer):
+    kind: Literal["trees"]
+    size: Size = "1GB"
+    chunks_per_tree: Chunks | None = None
+
+
+class HierarchicalSettings(_Synthesizer):
+    kind: Literal["hierarchical"]
+    size: Size = "1GB"
+    sources: str | None = None
+
+
+Synthesizer = Annotated[ParetoSettings | InstanceSettings | LeastStepsSettings | MilpSettings | GreedySettings
+                        | TreesSettings | HierarchicalSettings, Field(discriminator="kind")]
 
 
 class TargetTable(Strict):
@@ -172,7 +193,9 @@ def _union_kind(error: Mapping[str, Any]) -> str | None:
 def _known(kind: str | None, loc: tuple[Any, ...]) -> list[str]:
     if len(loc) >= 2 and loc[0] == "synthesizers" and kind is not None:
         models: dict[str, type[BaseModel]] = {"pareto": ParetoSettings, "instance": InstanceSettings,
-                                              "least-steps": LeastStepsSettings, "milp": MilpSettings}
+                                              "least-steps": LeastStepsSettings, "milp": MilpSettings,
+                                              "greedy": GreedySettings, "trees": TreesSettings,
+                                              "hierarchical": HierarchicalSettings}
         model = models[kind]
         return sorted(model.model_fields)
     return known_keys(PlanDocument, loc)
