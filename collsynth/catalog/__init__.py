@@ -11,9 +11,10 @@ content-addressed XML -> per-size winners -> MSCCL/RCCL export (DESIGN.md, "Cata
 from collsynth.catalog.build import BuildEvent, BuildSummary, build_catalog, resimulate_missing, run_items
 from collsynth.catalog.db import Catalog, EntryRow, ItemRow
 from collsynth.catalog.errors import CatalogError, PlanError
+from collsynth.catalog.expand import expand_plan
 from collsynth.catalog.export import ExportGroup, ExportSummary, loader_config, plan_export, write_export
 from collsynth.catalog.pipeline import check_program, run_item, simulate_points
-from collsynth.catalog.plan import CompileVariant, Plan, SynthSpec, Target, WorkItem, expand_plan, load_plan, parse_plan
+from collsynth.catalog.plan import CompileVariant, Plan, SynthSpec, Target, WorkItem, load_plan, parse_plan
 from collsynth.catalog.query import Ranked, find_topology, rank_entries
 from collsynth.catalog.results import EntryResult, ItemResult, SimPoint
 from collsynth.catalog.select import SizeRange, Winner, crossover, merge_ranges, size_ranges, winners_per_size

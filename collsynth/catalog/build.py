@@ -33,9 +33,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from collsynth.catalog.db import Catalog, builder_owner
+from collsynth.catalog.expand import expand_plan
 from collsynth.catalog.isolate import new_pool, stop_pool
-from collsynth.catalog.plan import DEFAULT_ITEM_TIMEOUT_S, Plan, WorkItem, expand_plan
-from collsynth.catalog.results import ItemResult
+from collsynth.catalog.plan import DEFAULT_ITEM_TIMEOUT_S, Plan, WorkItem
+from collsynth.catalog.results import ItemResult, timed_out
 from collsynth.catalog.store import load_xml_text
 from collsynth.core.errors import CollsynthError
 
@@ -201,11 +202,6 @@ def _heartbeat(catalog: Catalog, owner: str, lease_s: float) -> Iterator[None]:
 
 class ItemTimeout(BaseException):
     """A work item ran past its time limit (a BaseException so the pipeline's error capture lets it through)."""
-
-
-def timed_out(item: WorkItem, timeout_s: float) -> ItemResult:
-    return ItemResult(item.key, False, f"timed out after {timeout_s:g} s (raise limits.item_timeout_s in the plan, "
-                                       "or lower the synthesizer's limits)")
 
 
 def _raise_interrupt_on_sigterm() -> Any:

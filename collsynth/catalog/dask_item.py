@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import collsynth
 from collsynth.catalog.plan import WorkItem
-from collsynth.catalog.results import ItemResult
+from collsynth.catalog.results import ItemResult, timed_out
 
 COLLSYNTH_VERSION = collsynth.__version__  # what the coordinator asks a worker for before it sends items
 
 
 def run_item_isolated(item: WorkItem, timeout_s: float) -> ItemResult:
     """`pipeline.run_item(item)` in a fresh process, ended after `timeout_s` (the Dask task's body)."""
-    from collsynth.catalog.build import timed_out
     from collsynth.catalog.isolate import FreshProcessTimeout, run_in_fresh_process
     from collsynth.catalog.pipeline import run_item
 

@@ -42,11 +42,10 @@ from typing import Any
 
 from collsynth.catalog.db import Catalog, EntryRow
 from collsynth.catalog.errors import CatalogError
+from collsynth.catalog.export_group import ExportGroup, path_slug
 from collsynth.catalog.results import SimPoint
 from collsynth.catalog.select import (
     TUNED_SEP,
-    SizeRange,
-    Winner,
     crossover,
     entry_of,
     size_granule,
@@ -62,41 +61,6 @@ from collsynth.core.targets import DEFAULT_TARGET, get_target
 from collsynth.core.units import format_size
 from collsynth.ir import Algo
 from collsynth.topologies import Topology
-
-
-@dataclass(frozen=True)
-class ExportGroup:
-    """The export plan of one (topology, collective, in-place kind): candidates, per-size winners, ranges."""
-
-    topology: Topology
-    fingerprint: str
-    collective: str
-    inplace: bool
-    dtype: str
-    candidates: tuple[EntryRow, ...]
-    points: dict[str, tuple[SimPoint, ...]]  # candidate key (entry id, or ENTRY~XMLHASH when tuned) -> points
-    winners: tuple[Winner, ...]
-    ranges: tuple[SizeRange, ...]
-    refused: tuple[str, ...] = ()  # candidates the target's loader would refuse: "name: why"
-
-    def entry(self, key: str) -> EntryRow:
-        """The entry of a candidate key (its own variant, or one of its tuned configurations)."""
-        entry_id = entry_of(key)
-        return next(entry for entry in self.candidates if entry.id == entry_id)
-
-    def compile_label(self, key: str) -> str:
-        """How the candidate is compiled: the entry's variant, or its tuned configuration (collsynth.tune)."""
-        entry = self.entry(key)
-        if TUNED_SEP not in key:
-            return f"{entry.variant.protocol} x{entry.variant.instances}"
-        digest = key.split(TUNED_SEP, 1)[1]
-        records = entry.provenance.get("tuned") or []
-        record = next(r for r in records if r.get("xml_sha256") == digest)
-        return f"tuned {record.get('config_key', '')}"
-
-    @property
-    def slug(self) -> str:
-        return f"{_slug(self.topology.name)}-{self.collective}" + ("-inplace" if self.inplace else "")
 
 
 @dataclass(frozen=True)
@@ -197,7 +161,7 @@ def write_export(catalog: Catalog, groups: Sequence[ExportGroup], directory: str
         (staging / "plots").mkdir()
         by_topology: dict[str, list[ExportGroup]] = {}
         for group in groups:
-            by_topology.setdefault(_slug(group.topology.name), []).append(group)
+            by_topology.setdefault(path_slug(group.topology.name), []).append(group)
         manifests: dict[str, list[dict[str, Any]]] = {}
         for topo_slug, topo_groups in by_topology.items():
             algo_dir = staging / topo_slug / "msccl-algorithms"
@@ -438,7 +402,3 @@ def _size_label(nbytes: int, *, upper: bool = False) -> str:
     if upper and nbytes == 0:
         return "inf"
     return format_size(nbytes).replace(".", "_")
-
-
-def _slug(text: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in text).strip("_") or "topology"

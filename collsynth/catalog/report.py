@@ -10,7 +10,7 @@ from collsynth.collectives import display_name
 from collsynth.core.units import format_size
 
 if TYPE_CHECKING:
-    from collsynth.catalog.export import ExportGroup
+    from collsynth.catalog.export_group import ExportGroup
 
 
 def export_report(groups: Sequence[ExportGroup], db_path: str | os.PathLike[str]) -> str:

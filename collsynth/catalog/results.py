@@ -7,7 +7,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from collsynth.catalog.plan import CompileVariant
+from collsynth.catalog.plan import CompileVariant, WorkItem
 
 OK = "ok"
 FAILED = "failed"
@@ -62,3 +62,8 @@ class ItemResult:
     entries: tuple[EntryResult, ...] = ()
     seconds: float = 0.0
     provenance: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+def timed_out(item: WorkItem, timeout_s: float) -> ItemResult:
+    return ItemResult(item.key, False, f"timed out after {timeout_s:g} s (raise limits.item_timeout_s in the plan, "
+                                       "or lower the synthesizer's limits)")

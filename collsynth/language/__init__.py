@@ -28,7 +28,7 @@ from contextvars import ContextVar, Token
 from typing import Any
 
 from collsynth.collectives import Collective as SpecCollective
-from collsynth.language.buffers import Buffer, ThreadblockPolicy
+from collsynth.language.buffers import Buffer, BufferLike, ThreadblockPolicy, buffer_name, is_scratch
 from collsynth.language.builder import CAPTURE, ChunkRef, ProgramBuilder
 from collsynth.language.collectives import Chunk, Collective, CompatView, ReduceChunk, as_collective
 from collsynth.language.program import (
@@ -185,7 +185,41 @@ def Check() -> bool:  # noqa: N802 - MSCCLang's name
     return _current("Check").check()
 
 
-from collsynth.language.mscclang_names import Print, Ref, create_scratch  # noqa: E402 - needs _current above
+# MSCCLang's remaining public names of `msccl.language` (microsoft/msccl-tools msccl/language/__init__.py),
+# with its semantics, for programs that use them:
+#
+# - `create_scratch(rank, name)`: declares a scratch buffer `name` on `rank` of the open program and returns the
+#   name to pass as a buffer (`chunk(rank, name, i)`, `ref.copy(dst, name, i)`). Scratch buffers also come into
+#   being on first use, as in MSCCLang, so declaring one is optional; a name the DSL cannot use is refused here.
+# - `Print()`: prints the open program's traced operations, one per line (MSCCLang prints its chunk DAG).
+# - `Ref`: MSCCLang's name for the chunk reference that `chunk()` and `copy()` return (our ChunkRef).
+#
+# MSCCLang's MSCCL++ additions (`Json()`, `Ref.put/get/signal/wait`, ChannelType) are not part of this face:
+# collsynth writes MSCCL++ plans from the compiled IR instead (`collsynth export mscclpp`).
+
+Ref = ChunkRef
+
+
+def create_scratch(rank: int, name: BufferLike) -> BufferLike:
+    """Declare scratch buffer `name` on `rank` of the open program; returns `name` (the comment above)."""
+    program = _current("create_scratch")
+    if not 0 <= rank < program.num_ranks:
+        raise ProgramError(f"create_scratch({rank}, {name!r}): rank {rank} is not in 0..{program.num_ranks - 1}")
+    try:
+        canonical = buffer_name(name)
+    except TypeError as exc:
+        raise ProgramError(f"create_scratch({rank}, {name!r}): {exc}") from None
+    if not is_scratch(canonical):
+        raise ProgramError(f"create_scratch({rank}, {name!r}): {name!r} names an input/output buffer, not a "
+                           "scratch buffer; pick another name")
+    return name
+
+
+def Print() -> None:  # noqa: N802 - MSCCLang's name
+    """Print the open program's traced operations, one per line."""
+    for op in _current("Print").builder.ops:
+        print(op)
+
 
 __all__ = [
     "Print", "Ref", "create_scratch",

@@ -15,7 +15,7 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collsynth.regress.suite import CaseEntry
+    from collsynth.regress.case_entry import CaseEntry
 
 MODEL_GATE = 1.10
 GATED_COLLECTIVES = frozenset({"allgather", "reducescatter", "gather", "scatter"})

@@ -20,13 +20,13 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
 from collsynth.catalog import BuildEvent, Catalog, CompileVariant, EntryRow, Plan, expand_plan, load_plan, run_items
-from collsynth.catalog.plan import LIBRARY
 from collsynth.regress.baseline import Baseline
+from collsynth.regress.case_entry import CaseEntry
 from collsynth.regress.model_gate import ModelCheck, model_checks
 
 SUITES_DIR = Path(__file__).resolve().parent  # quick.toml, full.toml (and the sketch they name)
@@ -37,41 +37,6 @@ EXPECTED_SHAPES = (("dgx1", "allgather"),)
 REGRESSION = "regression"
 IMPROVEMENT = "improvement"
 NEW = "new"
-
-
-@dataclass(frozen=True)
-class CaseEntry:
-    """One entry of a suite run, keyed as in the baseline."""
-
-    key: str
-    topology: str
-    collective: str
-    name: str
-    source: str
-    variant: CompileVariant
-    chunks: int | None
-    steps: int | None
-    rounds: int | None
-    passed: bool
-    message: str
-    times_us: Mapping[int, float] = field(default_factory=dict)  # nccl-tests size -> predicted time
-    busbw: Mapping[int, float] = field(default_factory=dict)
-    tuned_us: Mapping[int, float] = field(default_factory=dict)  # nccl-tests size -> tuned time (collsynth.tune)
-
-    @property
-    def synthesized(self) -> bool:
-        return self.source != LIBRARY
-
-    def best_us(self, size: int) -> float:
-        """What the entry would run at `size`: the faster of its compiled variant and its tuned configuration
-        (tuning runs out-of-place, so in-place entries keep their variant's time)."""
-        own = self.times_us[size]
-        tuned = None if self.variant.inplace else self.tuned_us.get(size)
-        return min(own, tuned) if tuned is not None else own
-
-    @property
-    def case(self) -> str:
-        return f"{self.topology}/{self.collective}"
 
 
 @dataclass(frozen=True)

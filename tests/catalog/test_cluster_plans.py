@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from collsynth.catalog.plan import expand_plan, load_plan
+from collsynth.catalog.expand import expand_plan
+from collsynth.catalog.plan import load_plan
 
 PLANS = sorted((Path(__file__).resolve().parents[2] / "plans" / "cluster").glob("*.toml"))
 

@@ -181,10 +181,10 @@ def prepare(ir: Algo, nbytes: int | None = None, dtype: str = "float32", seed: i
         return broken(LAYOUT, problem)
     cpu = None
     if use_cpu:
-        from collsynth.runtime import execute
+        from collsynth.runtime.cpu import execute_cpu
 
-        cpu = execute(ir, backend="cpu", nbytes=layout.input_chunks * layout.chunk_elems * etype.itemsize,
-                      dtype=etype.name, seed=seed, collective=coll, inputs=list(ins), fifo_capacity=nslots)
+        cpu = execute_cpu(ir, nbytes=layout.input_chunks * layout.chunk_elems * etype.itemsize,
+                          dtype=etype.name, seed=seed, collective=coll, inputs=list(ins), fifo_capacity=nslots)
         if cpu.failure in PROGRAM_FAILURES:
             return broken(cpu.failure, cpu.message, cpu.details)
     try:
