@@ -11,8 +11,6 @@ runtime's own loader (facts only; the sources are named per record).
   MSCCL_MAX_NUM_ALGOS 4, MAXCHANNELS 32, `coll="reduce_scatter"`, `custom` collectives), selection
   minBytes <= bytes < maxBytes, files from MSCCL_XML_FILES (colon-separated) or MSCCL_CONFIG.
 - none: simulation and Chakra only; the IR's own structural rules, no runtime limits.
-- every target: connections of NCCL_STEPS = 8 slots (`fifo_slots`; the simulator's FIFO depth too), so an
-  IR is checked for deadlock with 8 messages in flight per connection.
 
 `step ids`: a loader reads a step's `s` and refuses `s >= max_steps`; nops count (they carry an `s`).
 """
@@ -23,7 +21,6 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from collsynth.core.errors import CollsynthError
-from collsynth.core.limits import FIFO_SLOTS
 
 INT64_MAX = (1 << 63) - 1
 
@@ -50,7 +47,6 @@ class Target:
     open_max_bytes: int  # the maxBytes written for an open-ended range
     env: str  # how the runtime finds the files
     runtime_limits: bool = True  # False for `none`: no loader at all
-    fifo_slots: int = FIFO_SLOTS  # messages a connection holds before its sender blocks (NCCL_STEPS)
 
     def coll(self, ours: str) -> str:
         """The runtime's `coll` spelling of our (collsynth.ir.coll_spelling) spelling."""
