@@ -79,11 +79,14 @@ class BuildSummary:
 
 def build_catalog(plan: Plan, db_path: str | os.PathLike[str], *, jobs: int = 1, cluster: str | None = None,
                   retry_failed: bool = False, on_event: Callable[[BuildEvent], None] | None = None,
-                  stale_after_s: float = DEFAULT_STALE_AFTER_S, wait_for_others: bool = True) -> BuildSummary:
+                  stale_after_s: float = DEFAULT_STALE_AFTER_S, wait_for_others: bool = True,
+                  target: str | None = None) -> BuildSummary:
     """Run every work item of `plan` that the database does not have yet and record the results. `cluster`
     ('tcp://HOST:PORT' or 'local:N') runs the items on Dask; it is reached and checked before the database
-    is created or changed."""
-    items = expand_plan(plan)
+    is created or changed. `target` (a runtime, collsynth.core.targets) compiles every entry for its limits."""
+    from collsynth.catalog.pipeline import with_target
+
+    items = with_target(expand_plan(plan), target)
     options: dict[str, Any] = {"jobs": jobs, "retry_failed": retry_failed, "on_event": on_event,
                                "stale_after_s": stale_after_s, "item_timeout_s": plan.item_timeout_s,
                                "wait_for_others": wait_for_others}
@@ -134,7 +137,7 @@ def run_items(catalog: Catalog, items: Sequence[WorkItem], *, jobs: int = 1, ret
         return False
 
     def record(item: WorkItem, result: ItemResult) -> None:
-        catalog.record(item, result)
+        catalog.record(item, store_tuned_xml(catalog, result))
         counts["ran"] += 1
         counts["failed_items"] += not result.ok
         counts["ok"] += sum(entry.passed for entry in result.entries)
@@ -344,13 +347,15 @@ def _run_parallel(pending: Sequence[WorkItem], jobs: int, claim: Callable[[WorkI
 
 def resimulate_missing(catalog: Catalog, items: Sequence[WorkItem],
                        emit: Callable[[BuildEvent], None] | None = None) -> int:
-    """Simulate stored entries of `items` at the sizes of their item that they have no time for."""
+    """Simulate stored entries of `items` at the sizes of their item that they have no time for, and tune
+    tuned entries at those sizes (one tuning per algorithm, shared by its variants, as the pipeline does)."""
     from collsynth.catalog.pipeline import simulate_points
     from collsynth.emit.msccl_xml import read_xml
     from collsynth.sim import dtype_info
 
     count = 0
     by_key = {item.key: item for item in items}
+    retuned: dict[tuple[str, str], dict[str, Any] | None] = {}
     for entry in catalog.entries(status="ok"):
         item = by_key.get(entry.item_key)
         if item is None:
@@ -362,7 +367,65 @@ def resimulate_missing(catalog: Catalog, items: Sequence[WorkItem],
             continue
         ir = read_xml(load_xml_text(catalog.root, entry.xml_sha256 or ""))
         catalog.add_times(entry.id, simulate_points(ir, item.topology, missing, item.dtype))
+        key = (item.key, entry.name)
+        if key not in retuned:
+            retuned[key] = _tune_new_sizes(catalog, item, entry.name, entry.provenance, missing)
+        if retuned[key] is not None:
+            catalog.set_provenance(entry.id, retuned[key] or {})
         count += 1
         if emit:
             emit(BuildEvent("resimulated", item, f"{entry.name}: {len(missing)} new sizes"))
     return count
+
+
+def _tune_new_sizes(catalog: Catalog, item: WorkItem, name: str, provenance: dict[str, Any],
+                    sizes: Sequence[int]) -> dict[str, Any] | None:
+    """The entry's provenance with tuning records for `sizes` added (None: the entry was not tuned, or its
+    algorithm cannot be rebuilt); each new configuration's XML checked by the interpreter and stored."""
+    from collsynth.catalog.pipeline import TUNED_XML, _algorithm_candidate, _library_candidate, ir_name
+    from collsynth.catalog.plan import LIBRARY
+    from collsynth.catalog.store import store_xml, xml_sha256
+    from collsynth.schedule import Algorithm
+    from collsynth.tune.entry import record_config, tune_entry_xml
+
+    records = provenance.get("tuned")
+    if not isinstance(records, list):
+        return None
+    if item.source == LIBRARY:
+        candidate = _library_candidate(str(provenance.get("program", name)), item)
+    elif provenance.get("tuned_algorithm_sha256"):
+        text = load_xml_text(catalog.root, str(provenance["tuned_algorithm_sha256"]))
+        candidate = _algorithm_candidate(name, Algorithm.from_json(text))
+    else:
+        return None
+    nearest = min(records, key=lambda r: abs(int(r["size_bytes"]) - min(sizes)), default=None)
+    warm = record_config(nearest, candidate.name) if nearest is not None else None
+    new, by_config = tune_entry_xml(candidate, item.topology, item.collective_name, sizes, dtype=item.dtype,
+                                    name=ir_name(item.topology, item.collective_name, name, item.variants[0]),
+                                    warm=warm)
+    for record in new:
+        record["xml_sha256"] = xml_sha256(by_config[record["config_key"]])
+    for text in by_config.values():
+        store_xml(catalog.root, text)
+    merged = sorted([*records, *new], key=lambda r: int(r["requested_bytes"]))
+    return {k: v for k, v in {**provenance, "tuned": merged}.items() if k != TUNED_XML}
+
+
+def store_tuned_xml(catalog: Catalog, result: ItemResult) -> ItemResult:
+    """The tuned configurations' XML texts (and schedules) an item carries, written to the catalog's
+    content-addressed store; the entries keep only their hashes."""
+    from dataclasses import replace
+
+    from collsynth.catalog.pipeline import TUNED_XML
+    from collsynth.catalog.store import store_xml
+
+    entries = []
+    for entry in result.entries:
+        texts = entry.provenance.get(TUNED_XML)
+        if texts is None:
+            entries.append(entry)
+            continue
+        for text in texts.values():
+            store_xml(catalog.root, text)
+        entries.append(replace(entry, provenance={k: v for k, v in entry.provenance.items() if k != TUNED_XML}))
+    return replace(result, entries=tuple(entries))

@@ -164,12 +164,14 @@ class Catalog:
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """One short write transaction (taken immediately, so it never deadlocks on upgrade)."""
-        self._conn.execute("BEGIN IMMEDIATE")
+        """One short write transaction (taken immediately, so it never deadlocks on upgrade). BEGIN is inside
+        the guard: a Ctrl-C that lands just after it still rolls back, so the next write can start."""
         try:
+            self._conn.execute("BEGIN IMMEDIATE")
             yield self._conn
         except BaseException:
-            self._conn.execute("ROLLBACK")
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
             raise
         else:
             self._conn.execute("COMMIT")
@@ -278,6 +280,12 @@ class Catalog:
                 self._insert_times(conn, entry_id, entry.times)
             conn.execute("DELETE FROM claims WHERE key = ?", (item.key,))
         return ids
+
+    def set_provenance(self, entry_id: str, provenance: dict[str, Any]) -> None:
+        """Replace an entry's provenance (the builder adds tuning records for new sizes)."""
+        with self._write() as conn:
+            conn.execute("UPDATE entries SET provenance = ? WHERE id = ?",
+                         (json.dumps(provenance, sort_keys=True, default=str), entry_id))
 
     def add_times(self, entry_id: str, points: Sequence[SimPoint]) -> None:
         with self._write() as conn:

@@ -43,7 +43,18 @@ from typing import Any
 from collsynth.catalog.db import Catalog, EntryRow
 from collsynth.catalog.errors import CatalogError
 from collsynth.catalog.results import SimPoint
-from collsynth.catalog.select import SizeRange, Winner, crossover, size_granule, size_ranges, winners_per_size
+from collsynth.catalog.select import (
+    TUNED_SEP,
+    SizeRange,
+    Winner,
+    crossover,
+    entry_of,
+    size_granule,
+    size_ranges,
+    tuned_record,
+    winners_per_size,
+    with_tuned,
+)
 from collsynth.catalog.store import current_umask, write_text_atomic
 from collsynth.collectives import canonical_name, display_name
 from collsynth.compiler.split import target_violation
@@ -64,13 +75,25 @@ class ExportGroup:
     inplace: bool
     dtype: str
     candidates: tuple[EntryRow, ...]
-    points: dict[str, tuple[SimPoint, ...]]  # entry id -> its simulated points
+    points: dict[str, tuple[SimPoint, ...]]  # candidate key (entry id, or ENTRY~XMLHASH when tuned) -> points
     winners: tuple[Winner, ...]
     ranges: tuple[SizeRange, ...]
     refused: tuple[str, ...] = ()  # candidates the target's loader would refuse: "name: why"
 
-    def entry(self, entry_id: str) -> EntryRow:
+    def entry(self, key: str) -> EntryRow:
+        """The entry of a candidate key (its own variant, or one of its tuned configurations)."""
+        entry_id = entry_of(key)
         return next(entry for entry in self.candidates if entry.id == entry_id)
+
+    def compile_label(self, key: str) -> str:
+        """How the candidate is compiled: the entry's variant, or its tuned configuration (collsynth.tune)."""
+        entry = self.entry(key)
+        if TUNED_SEP not in key:
+            return f"{entry.variant.protocol} x{entry.variant.instances}"
+        digest = key.split(TUNED_SEP, 1)[1]
+        records = entry.provenance.get("tuned") or []
+        record = next(r for r in records if r.get("xml_sha256") == digest)
+        return f"tuned {record.get('config_key', '')}"
 
     @property
     def slug(self) -> str:
@@ -132,9 +155,12 @@ def plan_export(catalog: Catalog, *, topologies: Sequence[str] = (), collectives
         if not entries:
             continue
         topology = catalog.topology(fingerprint)
-        times = {entry.id: {p.size_bytes: p.time_us for p in points[entry.id]} for entry in entries}
+        own = {entry.id: {p.size_bytes: p.time_us for p in points[entry.id]} for entry in entries}
+        tuned = {} if inplace else {e.id: _loadable_tuning(catalog, e, runtime) for e in entries}
+        times = with_tuned(own, tuned)  # tuning measured out-of-place: in-place entries keep their variant's
+        points.update(_tuned_points(times, entries, points))
         winners = winners_per_size(times)
-        irs = {entry.id: _read_ir(catalog, entry) for entry in entries if any(w.winner == entry.id for w in winners)}
+        irs = {key: _candidate_ir(catalog, key, entries) for key in {w.winner for w in winners}}
         ngpus = topology.num_ranks
         elem_bytes = _elem_bytes(type_name)
         granule = size_granule(collective, ngpus, elem_bytes)
@@ -146,7 +172,7 @@ def plan_export(catalog: Catalog, *, topologies: Sequence[str] = (), collectives
 
         ranges = size_ranges(winners, boundary)
         out.append(ExportGroup(topology=topology, fingerprint=fingerprint, collective=collective, inplace=inplace,
-                               dtype=type_name, candidates=tuple(entries), points={e.id: points[e.id] for e in entries},
+                               dtype=type_name, candidates=tuple(entries), points={k: points[k] for k in times},
                                winners=tuple(winners), ranges=tuple(ranges), refused=tuple(refused)))
     return out
 
@@ -183,8 +209,8 @@ def write_export(catalog: Catalog, groups: Sequence[ExportGroup], directory: str
             for group in topo_groups:
                 for index, size_range in enumerate(group.ranges):
                     entry = group.entry(size_range.winner)
-                    ir = replace(_read_ir(catalog, entry), min_bytes=size_range.min_bytes,
-                                 max_bytes=size_range.max_bytes)
+                    ir = replace(_candidate_ir(catalog, size_range.winner, group.candidates),
+                                 min_bytes=size_range.min_bytes, max_bytes=size_range.max_bytes)
                     name = (f"{group.collective}-{'inplace' if group.inplace else 'outofplace'}-{index}-"
                             f"{_size_label(size_range.min_bytes)}-{_size_label(size_range.max_bytes, upper=True)}.xml")
                     if runtime.max_algorithms and written >= runtime.max_algorithms:
@@ -196,8 +222,9 @@ def write_export(catalog: Catalog, groups: Sequence[ExportGroup], directory: str
                                      "coll": ir.collective, "ngpus": ir.ngpus, "inplace": group.inplace,
                                      "minBytes": size_range.min_bytes, "maxBytes": size_range.max_bytes,
                                      "nchunksperloop": ir.nchunksperloop, "entry": entry.id, "name": entry.name,
-                                     "source": entry.source, "protocol": entry.variant.protocol,
-                                     "instances": entry.variant.instances,
+                                     "source": entry.source, "protocol": ir.proto,
+                                     "instances": entry.variant.instances, "compile": group.compile_label(
+                                         size_range.winner), "nchannels": ir.nchannels,
                                      "won_sizes": [size_range.first_size, size_range.last_size]})
             topo_dir = staging / topo_slug
             names = [Path(item["file"]).name for item in manifest]
@@ -322,6 +349,61 @@ def _timer(ir: Algo, topology: Topology, type_name: str) -> Any:
         return simulate(ir, topology, [size_bytes], dtype=type_name).rows[0].time_us
 
     return time_at
+
+
+def _loadable_tuning(catalog: Catalog, entry: EntryRow, runtime: Any) -> dict[str, Any]:
+    """The entry's provenance with only the tuning records whose XML the target's runtime loads."""
+    records = entry.provenance.get("tuned")
+    if not isinstance(records, list):
+        return {}
+    ok: dict[str, bool] = {}
+    for record in records:
+        digest = record.get("xml_sha256")
+        if digest and digest not in ok:
+            ok[digest] = target_violation(_stored_ir(catalog, digest), runtime) is None
+    return {**entry.provenance, "tuned": [r for r in records if ok.get(r.get("xml_sha256", ""), False)]}
+
+
+def _tuned_points(times: dict[str, dict[int, float]], entries: Sequence[EntryRow],
+                  points: dict[str, tuple[SimPoint, ...]]) -> dict[str, tuple[SimPoint, ...]]:
+    """Points of the tuned candidate keys: the entry's own point at that size with the tuned time and busbw."""
+    out = {}
+    for key in times:
+        if TUNED_SEP not in key:
+            continue
+        entry = next(e for e in entries if e.id == entry_of(key))
+        rows = []
+        for p in points[entry.id]:
+            if p.size_bytes in times[key]:
+                record = tuned_record(entry.provenance, p.size_bytes) or {}
+                t = times[key][p.size_bytes]
+                rows.append(replace(p, time_us=t, algbw_GBps=p.size_bytes / t / 1e3,
+                                    busbw_GBps=float(record.get("busbw_GBps", 0.0))))
+        out[key] = tuple(rows)
+    return out
+
+
+def _candidate_ir(catalog: Catalog, key: str, entries: Sequence[EntryRow]) -> Algo:
+    """The IR of a candidate key: the entry's stored XML, or its tuned configuration's XML, which must pass
+    the reference interpreter again before anything is written from it."""
+    entry = next(e for e in entries if e.id == entry_of(key))
+    if TUNED_SEP not in key:
+        return _read_ir(catalog, entry)
+    from collsynth.runtime import execute
+
+    ir = _stored_ir(catalog, key.split(TUNED_SEP, 1)[1])
+    verdict = execute(ir, "cpu")
+    if not verdict.passed:
+        raise CatalogError(f"{entry.name}: its tuned XML fails the reference interpreter ({verdict.message}); "
+                           "rebuild the catalog entry")
+    return ir
+
+
+def _stored_ir(catalog: Catalog, digest: str) -> Algo:
+    from collsynth.catalog.store import load_xml_text
+    from collsynth.emit.msccl_xml import read_xml
+
+    return read_xml(load_xml_text(catalog.root, digest))
 
 
 def _read_ir(catalog: Catalog, entry: EntryRow) -> Algo:

@@ -11,6 +11,11 @@ Every algorithm is compiled in every variant of the item. Nothing becomes XML un
 interpreter passed (DESIGN.md: every IR is checked before it is written anywhere); a failure at any stage
 becomes a failed entry naming the stage and the message. `run_item` never raises for a bad algorithm, so one
 failure cannot stop a catalog build; it runs in worker processes and returns picklable data.
+
+`catalog build --target T` (`with_target`) adds the runtime target to every item's settings (so its key, and a
+catalog built for another target keeps its own entries): each entry is then compiled for T, split to T's loader
+limits (compiler/split.py) or failed at the compile stage with the one line naming the limit and the runtime.
+The stored XML stays in collsynth's own spelling; `catalog export --target` writes the runtime's.
 """
 
 from __future__ import annotations
@@ -30,17 +35,34 @@ from collsynth.ir import Algo
 from collsynth.schedule import Algorithm
 from collsynth.topologies import Topology
 
+TARGET_PARAM = "target"  # the item setting naming the runtime target its entries are compiled for
+
+
+def with_target(items: Sequence[WorkItem], target: str | None) -> list[WorkItem]:
+    """The items with their entries compiled for `target` (None: as they are, no runtime's limits). An unknown
+    target is refused in one line (collsynth.core.targets.TargetError)."""
+    if target is None:
+        return list(items)
+    from collsynth.core.targets import get_target
+
+    name = get_target(target).name
+    return [replace(item, params=tuple(p for p in item.params if p[0] != TARGET_PARAM) + ((TARGET_PARAM, name),))
+            for item in items]
+
 
 def run_item(item: WorkItem) -> ItemResult:
     """Run one work item end to end (module docstring)."""
     started = time.perf_counter()
     versions = tool_versions()
+    target = item.param(TARGET_PARAM)
     if item.source == LIBRARY:
         name = str(item.param("program"))
         provenance = {"synthesizer": "hand-written", "program": name, "versions": versions}
+        if target is not None:
+            provenance["target"] = target
         built = tuple(
             check_program(name, variant, partial(build_library_program, name, item.topology, variant),
-                          item.topology, item.sizes, item.dtype, provenance=provenance)
+                          item.topology, item.sizes, item.dtype, provenance=provenance, target=target)
             for variant in item.variants)
         tuned = with_tuning(built, item, partial(_library_candidate, name, item))
         return ItemResult(item.key, True, _summary(tuned), tuned, time.perf_counter() - started, provenance)
@@ -60,13 +82,18 @@ def run_item(item: WorkItem) -> ItemResult:
         if names[name] > 1:  # two algorithms of one shape: keep both, distinctly named
             name = f"{name}-{names[name]}"
         provenance = {**dict(algorithm.provenance), "algorithm": algorithm.name, "versions": versions}
+        if target is not None:
+            provenance["target"] = target
         checked = tuple(check_program(
             name, variant, partial(_lower, algorithm, variant), item.topology, item.sizes, item.dtype,
-            provenance=provenance, shape=(algorithm.chunks, algorithm.num_steps, algorithm.rounds))
+            provenance=provenance, shape=(algorithm.chunks, algorithm.num_steps, algorithm.rounds), target=target)
             for variant in item.variants)
         entries += with_tuning(checked, item, partial(_algorithm_candidate, name, algorithm))
     return ItemResult(item.key, True, _summary(entries), tuple(entries), time.perf_counter() - started,
                       synthesized.provenance)
+
+
+TUNED_XML = "tuned_xml"  # provenance key of the tuned XML texts, until the builder stores them by hash
 
 
 def with_tuning(entries: tuple[EntryResult, ...], item: WorkItem,
@@ -75,16 +102,32 @@ def with_tuning(entries: tuple[EntryResult, ...], item: WorkItem,
     one of them passed; a tuning failure is recorded, never raised)."""
     if not any(entry.passed for entry in entries):
         return entries
-    from collsynth.tune.entry import tune_entry
+    from collsynth.catalog.store import xml_sha256
+    from collsynth.tune.entry import tune_entry_xml
 
     started = time.perf_counter()
+    xmls: dict[str, str] = {}
+    tuned_candidate = candidate()
     try:
-        tuned: Any = tune_entry(candidate(), item.topology, item.collective_name, item.sizes, dtype=item.dtype)
+        tuned: Any
+        tuned, by_config = tune_entry_xml(tuned_candidate, item.topology, item.collective_name, item.sizes,
+                                          dtype=item.dtype, name=ir_name(item.topology, item.collective_name,
+                                                                         entries[0].name, entries[0].variant))
+        for record in tuned:  # the XML of each record's configuration; build.py moves it to the XML store
+            text = by_config[record["config_key"]]
+            record["xml_sha256"] = xml_sha256(text)
+            xmls[record["xml_sha256"]] = text
     except CollsynthError as exc:
         tuned = {"error": str(exc)}
     seconds = round(time.perf_counter() - started, 4)
-    return tuple(replace(entry, provenance={**entry.provenance, "tuned": tuned, "tune_seconds": seconds})
-                 if entry.passed else entry for entry in entries)
+    extra = {"tuned": tuned, "tune_seconds": seconds, TUNED_XML: xmls}
+    schedule = getattr(tuned_candidate, "algorithm", None) if isinstance(tuned, list) else None
+    if schedule is not None:  # kept so that new sizes can be tuned later (build.resimulate_missing)
+        text = schedule.to_json()
+        extra["tuned_algorithm_sha256"] = xml_sha256(text)
+        xmls[xml_sha256(text)] = text
+    return tuple(replace(entry, provenance={**entry.provenance, **extra}) if entry.passed else entry
+                 for entry in entries)
 
 
 def _library_candidate(name: str, item: WorkItem) -> Any:
@@ -118,8 +161,10 @@ def _lower(algorithm: Algorithm, variant: CompileVariant) -> Any:
 
 def check_program(name: str, variant: CompileVariant, build: Callable[[], Any], topology: Topology,
                   sizes: Sequence[int], dtype: str, *, provenance: dict[str, Any] | None = None,
-                  shape: tuple[int | None, int | None, int | None] = (None, None, None)) -> EntryResult:
-    """Build (or lower) the program, compile it, interpret it and simulate it: one entry."""
+                  shape: tuple[int | None, int | None, int | None] = (None, None, None),
+                  target: str | None = None) -> EntryResult:
+    """Build (or lower) the program, compile it (for `target`'s runtime when given: split to its limits, or
+    refused naming the limit), interpret it and simulate it: one entry."""
     from collsynth.compiler import compile_program
     from collsynth.runtime import execute
 
@@ -134,7 +179,7 @@ def check_program(name: str, variant: CompileVariant, build: Callable[[], Any], 
         seconds[stage] = time.perf_counter() - started
         stage = "compile"
         started = time.perf_counter()
-        ir = compile_program(program)
+        ir = compile_program(program) if target is None else compile_program(program, target)
         ir = replace(ir, name=ir_name(topology, program.collective.name, name, variant))
         seconds[stage] = time.perf_counter() - started
         stage = "interpret"
@@ -142,6 +187,8 @@ def check_program(name: str, variant: CompileVariant, build: Callable[[], Any], 
         verdict = execute(ir, backend="cpu", collective=program.collective)
         seconds[stage] = time.perf_counter() - started
         stats = ir_stats(ir)
+        if target is not None:
+            stats["target"] = target
         if not verdict.passed:
             return replace(base, stage=stage, message=f"{verdict.failure}: {verdict.message}", ir_stats=stats)
         stage = "simulate"

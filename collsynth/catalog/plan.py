@@ -210,6 +210,9 @@ def load_plan(path: str | Path) -> Plan:
 def parse_plan(data: Mapping[str, Any], *, path: Path | None = None) -> Plan:
     """A Plan from parsed TOML (a mapping); `path` anchors relative file names and prefixes messages."""
     where = f"{path}: " if path else "plan: "
+    from collsynth.catalog.plan_schema import check_plan_document  # pydantic: only when a plan is read
+
+    check_plan_document(data, where)  # the declared schema (catalog/plan_schema.py) first
     _no_unknown(data, {"name", "dtype", "sizes", "size_factor", "compile", "limits", "synthesizers", "targets"},
                 "", where)
     name = _typed(data.get("name", path.stem if path else "plan"), (str,), "name", where)

@@ -64,3 +64,23 @@ def rank_entries(catalog: Catalog, topology_spec: str, collective: str, size_byt
         ranked.append(Ranked(entry, point.size_bytes, point.time_us, point.busbw_GBps, simulated))
     ranked.sort(key=lambda r: (r.time_us, r.entry.name, r.entry.id))
     return ranked
+
+
+def with_tuned_times(ranked: list[Ranked]) -> tuple[list[Ranked], list[str]]:
+    """The ranking by what each entry would really run at that size: the faster of its compiled variant and
+    its tuned configuration there (collsynth.tune; out-of-place entries at grid sizes), re-sorted; and per
+    row how it is compiled ("tuned <configuration>" or the variant)."""
+    from dataclasses import replace
+
+    from collsynth.catalog.select import tuned_record
+
+    rows = []
+    for r in ranked:
+        record = None if r.entry.variant.inplace else tuned_record(r.entry.provenance, r.size_bytes)
+        if record is not None and float(record["time_us"]) < r.time_us:
+            rows.append((replace(r, time_us=float(record["time_us"]), busbw_GBps=float(record["busbw_GBps"])),
+                         f"tuned {record.get('config_key', '')}"))
+        else:
+            rows.append((r, str(r.entry.variant)))
+    rows.sort(key=lambda rc: (rc[0].time_us, rc[0].entry.name, rc[0].entry.id))
+    return [r for r, _ in rows], [c for _, c in rows]

@@ -53,7 +53,7 @@ def _group_section(group: ExportGroup) -> list[str]:
         upper = "no limit" if size_range.max_bytes == 0 else f"{size_range.max_bytes:,}"
         shape = " / ".join("-" if v is None else str(v) for v in (entry.chunks, entry.steps, entry.rounds))
         lines.append(f"| {size_range.min_bytes:,} .. {upper} | `{entry.name}` | {entry.source} | {shape} | "
-                     f"{entry.variant.protocol} x{entry.variant.instances} | "
+                     f"{group.compile_label(size_range.winner)} | "
                      f"{entry.ir_stats.get('nchunksperloop', '?')} | "
                      f"{format_size(size_range.first_size)} .. {format_size(size_range.last_size)} |")
     lines += ["", f"![busbw of the winners](plots/{group.slug}.png)", "",

@@ -129,7 +129,7 @@ class TunedRange:
         c = self.config
         return (f"{c.get('protocol')} x{c.get('instances')} {c.get('merge')}"
                 f"{'' if c.get('fusion', True) else ' nofuse'}{'' if c.get('pair_threadblocks', True) else ' tb/conn'}"
-                f"{' timed' if c.get('timed_order') else ''}")
+                f"{' timed' if c.get('timed_order') else ''}{' timed-merge' if c.get('timed_merge') else ''}")
 
 
 def tuned_ranges(provenance: Mapping[str, object]) -> list[TunedRange]:
@@ -148,3 +148,35 @@ def tuned_at(provenance: Mapping[str, object], size: int) -> dict | None:  # typ
     if not isinstance(records, list) or not records:
         return None
     return min(records, key=lambda r: (abs(int(r["size_bytes"]) - size), int(r["size_bytes"])))
+
+
+TUNED_SEP = "~"  # a candidate key `ENTRY~XMLHASH`: the entry's algorithm in one of its tuned configurations
+
+
+def tuned_record(provenance: Mapping[str, object], size_bytes: int) -> dict | None:  # type: ignore[type-arg]
+    """The tuning record of exactly this grid size whose XML the catalog stores, or None."""
+    records = provenance.get("tuned")
+    if not isinstance(records, list):
+        return None
+    return next((r for r in records if int(r["size_bytes"]) == size_bytes and r.get("xml_sha256")), None)
+
+
+def with_tuned(times: Mapping[str, Mapping[int, float]],
+               provenances: Mapping[str, Mapping[str, object]]) -> dict[str, dict[int, float]]:
+    """Candidate times where each entry, at each size, is the faster of its own compiled variant and its tuned
+    configuration there (key `ENTRY~XMLHASH`, one per distinct tuned XML): so an entry competes once per
+    size, as what it would really run. Entries without a provenance here keep their own times."""
+    out: dict[str, dict[int, float]] = {}
+    for name, per_size in times.items():
+        for size, own in per_size.items():
+            record = tuned_record(provenances.get(name, {}), size)
+            key = name
+            if record is not None and float(record["time_us"]) < own:
+                key, own = f"{name}{TUNED_SEP}{record['xml_sha256']}", float(record["time_us"])
+            out.setdefault(key, {})[size] = own
+    return out
+
+
+def entry_of(key: str) -> str:
+    """The entry id of a candidate key (`ENTRY` or `ENTRY~XMLHASH`)."""
+    return key.split(TUNED_SEP, 1)[0]

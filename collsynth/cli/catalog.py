@@ -38,18 +38,22 @@ def catalog() -> None:
                    "(pip install 'collsynth[dask]'); --jobs is then ignored")
 @click.option("--no-wait", is_flag=True, help="leave items other live builders hold to them (exit 1 if any) "
                                               "instead of waiting for them")
+@click.option("--target", type=click.Choice(("msccl-executor", "rccl", "msccl-legacy", "none")), default=None,
+              help="compile every entry for this runtime: split to its loader limits, or the entry fails naming "
+                   "the limit (default: no runtime's limits, as before)")
 def build(plan_path: Path, db_path: Path, jobs: int, retry_failed: bool, dry_run: bool, cluster: str | None,
-          no_wait: bool) -> None:
+          no_wait: bool, target: str | None) -> None:
     """Run PLAN (TOML): synthesize -> lower -> compile -> verify -> simulate every entry into the catalog.
 
     Re-running skips finished items; Ctrl-C keeps what finished; several builders may share one --db.
     Exit status: 0 done; 1 items left to other builders (--no-wait); 2 bad input, an unusable cluster or a
     lost Dask scheduler (finished items stay recorded: run again to resume); 130 interrupted."""
     from collsynth.catalog import Catalog, build_catalog, expand_plan, load_plan
+    from collsynth.catalog.pipeline import with_target
 
     plan = load_plan(plan_path)
     if dry_run:
-        items = expand_plan(plan)
+        items = with_target(expand_plan(plan), target)
         done: set[str] = set()
         if db_path.exists():
             with Catalog(db_path) as db:
@@ -61,7 +65,7 @@ def build(plan_path: Path, db_path: Path, jobs: int, retry_failed: bool, dry_run
         return
     with _progress() as progress:
         summary = build_catalog(plan, db_path, jobs=jobs, cluster=cluster, retry_failed=retry_failed,
-                                on_event=progress, wait_for_others=not no_wait)
+                                on_event=progress, wait_for_others=not no_wait, target=target)
     click.echo(str(summary))
     if summary.claimed_elsewhere:
         click.echo(f"incomplete: {summary.claimed_elsewhere} items are left to other builders still working on "
@@ -187,18 +191,23 @@ def best(topology_spec: str, collective: str, size: str, db_path: Path, dtype: s
         ranked = rank_entries(db, topology_spec, collective, parse_size(size), dtype=dtype, inplace=inplace)[:top]
         if with_plans:
             _best_backend(db, topology_spec, collective, parse_size(size), dtype)
+    from collsynth.catalog.query import with_tuned_times
     from collsynth.catalog.select import tuned_at, tuned_ranges
 
+    ranked, how = with_tuned_times(ranked)
     if as_json:
         click.echo(json.dumps([{**_entry_json(r.entry), "size_bytes": r.size_bytes, "time_us": r.time_us,
-                                "busbw_GBps": r.busbw_GBps, "simulated_now": r.simulated,
-                                "tuned": tuned_at(r.entry.provenance, r.size_bytes)} for r in ranked], indent=1))
+                                "busbw_GBps": r.busbw_GBps, "simulated_now": r.simulated, "compiled_as": c,
+                                "tuned": tuned_at(r.entry.provenance, r.size_bytes)} for r, c in zip(ranked, how,
+                                                                                                     strict=True)],
+                              indent=1))
         return
     winner = ranked[0]
     click.echo(f"best: {winner.entry.name} [{winner.entry.id[:10]}] {winner.time_us:.2f} us, busbw "
-               f"{winner.busbw_GBps:.2f} GB/s at {format_size(winner.size_bytes)}")
-    rows = [(str(i + 1), r.entry.id[:10], r.entry.name, str(r.entry.variant), f"{r.time_us:.2f}",
-             f"{r.busbw_GBps:.2f}", f"{r.time_us / winner.time_us:.2f}x") for i, r in enumerate(ranked)]
+               f"{winner.busbw_GBps:.2f} GB/s at {format_size(winner.size_bytes)} ({how[0]})")
+    rows = [(str(i + 1), r.entry.id[:10], r.entry.name, c, f"{r.time_us:.2f}",
+             f"{r.busbw_GBps:.2f}", f"{r.time_us / winner.time_us:.2f}x") for i, (r, c) in enumerate(zip(ranked, how,
+                                                                                                       strict=True))]
     _table(("#", "id", "name", "compile", "time (us)", "busbw (GB/s)", "vs best"), rows)
     if any(r.simulated for r in ranked):
         click.echo(f"({format_size(winner.size_bytes)} is not on the stored grid: simulated now)", err=True)

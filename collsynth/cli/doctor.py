@@ -1,7 +1,9 @@
 """`collsynth doctor DIR_OR_XML [--target T] [--nranks N] [--size S]`: what a runtime would do with these files.
 
 Replays the target's loader (collsynth.core.targets: which `coll` spellings load, steps, thread blocks, channels,
-the 8-bit dependency field, the algorithm cap, legacy's refusal of maxBytes="0" with minBytes > 0) and its
+the 8-bit dependency field, 16-bit offsets, threadblocks per channel, the nop dependency-chain rule, the algorithm
+cap, required attributes, legacy's size-range checks (minBytes > maxBytes refused, so maxBytes="0" with
+minBytes > 0 is) and its i_chunks/o_chunks vs nchunksperloop check; sources in collsynth/core/targets.py) and its
 selection rule (first file in load order whose coll, ngpus and in-place kind match, whose nchunksperloop divides
 the element count, and whose [minBytes, maxBytes] holds the size under that runtime's rule), then says per
 collective and size which file the runtime would pick, or why none. Exit 1 when a file would be refused or never
@@ -21,6 +23,7 @@ from lxml import etree
 from collsynth.core.errors import CollsynthError
 from collsynth.core.targets import DEFAULT_TARGET, XML_TARGETS, Target, get_target
 from collsynth.core.units import format_size, parse_size
+from collsynth.ir import Algo
 
 # The `coll` values the current loaders (msccl-executor-nccl, RCCL) parse; microsoft/msccl v0.7.4 spells
 # reduce-scatter `reduce_scatter` and also takes `custom`.
@@ -29,6 +32,7 @@ _CURRENT_COLLS = frozenset({"allreduce", "allgather", "reducescatter", "alltoall
 _LEGACY_COLLS = (_CURRENT_COLLS - {"reducescatter"}) | {"reduce_scatter", "custom"}
 _MULTIPLIED = frozenset({"allgather", "reducescatter", "reduce_scatter", "alltoall"})  # sizeMultiplier = ngpus
 ELEM_BYTES = 4  # float32 counts for the nchunksperloop divisibility rule
+LEGACY_DEFAULT_MAX_BYTES = 1 << 27  # microsoft/msccl topo.cc: maxBytes when the attribute is absent (128 MB)
 
 
 class DoctorError(CollsynthError):
@@ -56,9 +60,11 @@ def loader_verdict(path: Path, target: Target) -> LoadedFile:
     except (etree.XMLSyntaxError, OSError) as exc:
         return LoadedFile(path, "?", 0, 1, False, False, 0, 0, f"XML Parse error: {exc}")
     attrs = root.attrib
+    # legacy defaults an absent maxBytes to 1<<27 (microsoft/msccl src/graph/topo.cc); the others require it
+    defaults = {"maxBytes": str(LEGACY_DEFAULT_MAX_BYTES) if target.name == "msccl-legacy" else "0"}
     try:
-        fields = {name: int(attrs.get(name, "0")) for name in ("ngpus", "nchunksperloop", "inplace", "outofplace",
-                                                               "minBytes", "maxBytes")}
+        fields = {name: int(attrs.get(name, defaults.get(name, "0"))) for name in (
+            "ngpus", "nchunksperloop", "inplace", "outofplace", "minBytes", "maxBytes")}
     except ValueError as exc:
         return LoadedFile(path, "?", 0, 1, False, False, 0, 0, f"XML Parse error: {exc}")
     coll = attrs.get("coll", "")
@@ -76,16 +82,38 @@ def _refusal(path: Path, root: etree._Element, coll: str, fields: dict[str, int]
         hint = {"reducescatter": "reduce_scatter", "reduce_scatter": "reducescatter"}.get(coll)
         fix = f" (it spells it {hint!r})" if hint else ""
         return f"MSCCL: unsupported collective: {coll}{fix}"
-    if target.name == "msccl-legacy" and fields["maxBytes"] == 0 and fields["minBytes"] > 0:
-        return ("maxBytes=\"0\" with minBytes > 0: microsoft/msccl refuses an empty size range (write maxBytes > "
-                "minBytes)")
-    if target.runtime_limits and "outofplace" not in root.attrib and target.name != "msccl-legacy":
-        return "MSCCL: the algo element lacks the required attribute outofplace"
+    if target.name == "msccl-legacy":
+        # microsoft/msccl src/graph/topo.cc mscclGetAlgoFromXMLAndSetAlgo: the size range's checks
+        if fields["minBytes"] > fields["maxBytes"]:
+            return "MSCCL: minBytes cannot be greater than maxBytes."
+        if fields["minBytes"] < 0 or fields["maxBytes"] < 0:
+            return "MSCCL: minBytes/maxBytes cannot be negative."
+    required = ("inplace",) if target.name == "msccl-legacy" else ("inplace", "outofplace", "minBytes", "maxBytes")
+    missing = [name for name in required if name not in root.attrib] if target.runtime_limits else []
+    if missing:
+        return f"MSCCL: the algo element lacks the required attribute {missing[0]}"
     try:
         ir = read_xml(path)
     except CollsynthError as exc:
         return str(exc)
+    if target.name == "msccl-legacy":
+        inconsistent = _chunks_inconsistency(ir, coll)
+        if inconsistent is not None:
+            return inconsistent
     return target_violation(ir, target)
+
+
+def _chunks_inconsistency(ir: Algo, coll: str) -> str | None:
+    """microsoft/msccl (topo.cc) refuses a gpu whose i_chunks (o_chunks), times nRanks for allgather's input
+    (reduce_scatter's output), differs from nchunksperloop."""
+    in_mult = ir.ngpus if coll == "allgather" else 1
+    out_mult = ir.ngpus if coll == "reduce_scatter" else 1
+    for gpu in ir.gpus:
+        if (gpu.i_chunks > 0 and gpu.i_chunks * in_mult != ir.nchunksperloop) or (
+                gpu.o_chunks > 0 and gpu.o_chunks * out_mult != ir.nchunksperloop):
+            return (f"Inconsistency between i_chunks/o_chunks ({gpu.i_chunks}/{gpu.o_chunks}) and nchunksperloop "
+                    f"({ir.nchunksperloop}) for collective {coll}")
+    return None
 
 
 def collect(source: Path) -> list[Path]:

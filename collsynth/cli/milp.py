@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from collsynth.cli.params import SECONDS
+from collsynth.cli.params import ROOT_OPTION, SECONDS, OutputPath
 from collsynth.core.errors import CollsynthError
 from collsynth.core.files import read_json_file, write_atomic
 from collsynth.core.units import parse_size
@@ -57,11 +57,11 @@ def _load_topology(spec: str, sketch: Sketch, taccl_costs: bool) -> tuple[Topolo
               "(the MILP stages share it); when it runs out the best verified schedule so far is returned with "
               "its proven gap, marked time-limited")
 @click.option("--gap", "mip_gap", type=float, default=1e-4, show_default=True, help="relative MIP gap to stop at")
-@click.option("--root", type=int, default=None, help="root rank for rooted collectives")
+@click.option("--root", type=ROOT_OPTION, default=None, help="root rank for rooted collectives")
 @click.option("--taccl-costs", is_flag=True, help="TOPOLOGY is a TACCL profile: charge intra-node links its invbw "
               "(as TACCL does) so that times compare one to one with TACCL's")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="write the algorithm JSON here")
-@click.option("--report", "report_dir", type=click.Path(file_okay=False), default=None,
+@click.option("-o", "--output", type=OutputPath(dir_okay=False), default=None, help="write the algorithm JSON here")
+@click.option("--report", "report_dir", type=OutputPath(file_okay=False), default=None,
               help="write report.md, timeline.png/.txt, algorithm.json and report.json into this directory")
 @click.option("--timeline/--no-timeline", default=False, help="print the text timeline")
 def milp(topology: str, collective: str, sketch_path: str, size: str, solver: str, time_limit: float | None,

@@ -4,6 +4,7 @@ within a range and a sanity cap (the cap names its environment variable), sizes 
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import click
@@ -24,6 +25,21 @@ class Seconds(click.ParamType):
         if not math.isfinite(seconds) or seconds <= 0:
             self.fail(f"{value!r} is not a positive finite time limit in seconds; write e.g. 60 or 2.5", param, ctx)
         return seconds
+
+
+class OutputPath(click.Path):
+    """An output file or directory (click.Path's options), refused at option time, before any work, when it
+    could not be written (see `core.files.check_writable`): nothing is solved only to fail at the end."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from collsynth.core.files import OutputError, check_writable
+
+        converted = super().convert(value, param, ctx)
+        try:
+            check_writable(os.fsdecode(converted), directory=not self.file_okay)
+        except OutputError as exc:
+            self.fail(str(exc), param, ctx)
+        return converted
 
 
 class CappedInt(click.ParamType):
@@ -58,5 +74,6 @@ CHUNKS_OPTION = CappedInt(1, CHUNKS_PER_RANK)  # -c/--chunks of a solver
 STEPS_OPTION = CappedInt(1, STEPS)  # -s/--steps, --max-steps
 ROUNDS_OPTION = CappedInt(1, STEPS)  # -r/--rounds: a schedule has at least one round per step
 RANKS_OPTION = CappedInt(1, RANKS)
+ROOT_OPTION = CappedInt(0, RANKS)  # --root: a rank
 PROGRAM_RANKS_OPTION = CappedInt(1, PROGRAM_RANKS)  # ranks of a compiled program
 SEED = CappedInt(0, None, (1 << 32) - 1)  # numpy's seeds

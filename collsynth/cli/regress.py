@@ -7,12 +7,14 @@ from pathlib import Path
 
 import click
 
+from collsynth.cli.params import OutputPath
+
 
 @click.command("regress")
 @click.option("--quick", is_flag=True, help="the small suite that CI runs (under 3 minutes on 2 cores)")
 @click.option("--suite", "suite_path", type=click.Path(dir_okay=False, path_type=Path),
               help="run this suite (a catalog plan, TOML) instead of the shipped quick/full suite")
-@click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--report", "report_dir", type=OutputPath(file_okay=False, path_type=Path),
               help="write report.md, results.json and busbw plots into this directory")
 @click.option("-j", "--jobs", default=1, show_default=True, type=click.IntRange(min=1),
               help="work items run in parallel processes")

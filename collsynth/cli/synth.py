@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from collsynth.cli.params import CHUNKS_OPTION, ROUNDS_OPTION, SECONDS, STEPS_OPTION
+from collsynth.cli.params import CHUNKS_OPTION, ROOT_OPTION, ROUNDS_OPTION, SECONDS, STEPS_OPTION, OutputPath
 from collsynth.collectives import Collective, display_name, resolve_collective
 from collsynth.core.enums import Status
 from collsynth.core.errors import CollsynthError
@@ -27,6 +27,8 @@ def _problem(topology_spec: str, collective_spec: str, chunks: int, root: int | 
     if chunks < 1:
         raise SynthCliError(f"--chunks must be >= 1, got {chunks}")
     topology = resolve_topology(topology_spec)
+    if root is not None and not 0 <= root < topology.num_ranks:
+        raise SynthCliError(f"--root {root} is not a rank of {topology.name} (0..{topology.num_ranks - 1})")
     collective = resolve_collective(collective_spec, topology.num_ranks, 1, root=root)
     return topology, collective.split(chunks)
 
@@ -50,8 +52,8 @@ def _common(function: Any, time_help: str = "Seconds per solver call; a time-out
             "unsat.", time_default: float | None = 60.0) -> Any:
     function = click.option("--time-limit", type=SECONDS, default=time_default, show_default=True,
                             help=time_help)(function)
-    function = click.option("--root", type=int, default=None, help="Root rank of rooted collectives (default 0).")(
-        function)
+    function = click.option("--root", type=ROOT_OPTION, default=None,
+                            help="Root rank of rooted collectives (default 0).")(function)
     function = click.argument("collective")(function)
     function = click.argument("topology")(function)
     return function
@@ -105,7 +107,7 @@ def _report_instance(result: SynthesisResult, output: str | None, as_json: bool,
 @click.option("--steps", "-s", type=STEPS_OPTION, required=True, help="Steps (S).")
 @click.option("--rounds", "-r", type=ROUNDS_OPTION, default=None,
               help="At most this many rounds (R); default: the fewest.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the algorithm JSON here.")
+@click.option("-o", "--output", type=OutputPath(dir_okay=False), default=None, help="Write the algorithm JSON here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def instance(topology: str, collective: str, root: int | None, time_limit: float, chunks: int, steps: int,
              rounds: int | None, output: str | None, as_json: bool) -> None:
@@ -126,7 +128,7 @@ def instance(topology: str, collective: str, root: int | None, time_limit: float
 @click.option("--rounds", "-r", type=ROUNDS_OPTION, default=None, help="At most this many rounds; default: any.")
 @click.option("--max-steps", type=STEPS_OPTION, default=None,
               help="Give up above this many steps (default: bound + ranks).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the algorithm JSON here.")
+@click.option("-o", "--output", type=OutputPath(dir_okay=False), default=None, help="Write the algorithm JSON here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def least_steps_command(topology: str, collective: str, root: int | None, time_limit: float | None,
                         call_time_limit: float, chunks: int, rounds: int | None, max_steps: int | None,
@@ -143,6 +145,8 @@ def least_steps_command(topology: str, collective: str, root: int | None, time_l
     deadline = None if time_limit is None else start + time_limit
     result = least_steps(topo, coll, rounds=rounds, time_limit=call_time_limit, max_steps=max_steps,
                          deadline=deadline)
+    if result.status == Status.UNSAT and result.provenance.get("proof"):
+        raise SynthCliError(str(result.provenance["proof"]))  # impossible whatever the steps: a bad request
     _report_instance(result, output, as_json, "steps")
 
 
@@ -154,7 +158,7 @@ def least_steps_command(topology: str, collective: str, root: int | None, time_l
 @click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Chunk counts solved in parallel processes.")
 @click.option("--max-steps", type=STEPS_OPTION, default=None,
               help="Steps cap while no point is known (default: bound + ranks).")
-@click.option("--report", "report_dir", type=click.Path(file_okay=False), default=None,
+@click.option("--report", "report_dir", type=OutputPath(file_okay=False), default=None,
               help="Write frontier.json, the algorithms, report.md and frontier.png to this directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON lines on stdout: each point, then the frontier.")
 def pareto(topology: str, collective: str, root: int | None, time_limit: float | None, call_time_limit: float,

@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from collsynth.cli.params import OutputPath
 from collsynth.cli.synth import SynthCliError, _problem
 from collsynth.core.files import write_atomic
 from collsynth.core.units import parse_size
@@ -36,9 +37,9 @@ def _options(function: Any) -> Any:
                      help="Set every link to this many GB/s (e.g. 50 for TACOS's torus setting)."),
         click.option("--link-alpha-us", type=float, default=0.5, show_default=True,
                      help="Link latency used with --link-gbps."),
-        click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+        click.option("-o", "--output", type=OutputPath(dir_okay=False), default=None,
                      help="Write the algorithm JSON here."),
-        click.option("--report", "report_dir", type=click.Path(file_okay=False), default=None,
+        click.option("--report", "report_dir", type=OutputPath(file_okay=False), default=None,
                      help="Write algorithm.json, bound.json and summary.txt into this directory."),
     )):
         function = option(function)

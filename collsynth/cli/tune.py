@@ -9,6 +9,8 @@ from pathlib import Path
 
 import click
 
+from collsynth.cli.params import OutputPath
+
 
 @click.command("tune")
 @click.argument("topology_spec", metavar="TOPO")
@@ -23,7 +25,7 @@ import click
 @click.option("--library/--no-library", default=True, show_default=True, help="tune the hand-written programs too")
 @click.option("--backend", default="sim", show_default=True, type=click.Choice(["sim", "cuda"]),
               help="time with the simulator or on the GPU")
-@click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--report", "report_dir", type=OutputPath(file_okay=False, path_type=Path),
               help="write tune.md, tune.json and the plots (search, busbw vs size) here")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
 @click.option("--backends", default="ir", show_default=True,

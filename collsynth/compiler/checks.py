@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from collsynth.compiler.errors import CompileError
 from collsynth.ir import MAX_CHANNELS, MAX_COUNT, MAX_STEPS_PER_TB, NOP, RECEIVING_TYPES, SENDING_TYPES, Algo
 from collsynth.language.program import where
@@ -17,30 +19,32 @@ from collsynth.language.program import where
 Lines = Sequence[Sequence[Sequence[int]]]  # per gpu, per threadblock, per step: the DSL line (0: none)
 
 
-def check_ir(ir: Algo, lines: Lines | None = None, *, order: bool = True, source: str = "") -> Algo:
-    """Return the IR unchanged, or raise CompileError naming the limit or rule, where, and the DSL line."""
+def check_ir(ir: Algo, lines: Lines | None = None, *, order: bool = True, source: str = "",
+             max_steps: int | None = MAX_STEPS_PER_TB) -> Algo:
+    """Return the IR unchanged, or raise CompileError naming the limit or rule, where, and the DSL line.
+    `max_steps`: steps per threadblock (MSCCL's default; None when a target's own limit is checked later)."""
 
     def at(g: int, t: int, s: int) -> str:
         line = lines[g][t][s] if lines is not None else 0
         return where(line, source)
 
-    _check_limits(ir, at)
+    _check_limits(ir, at, max_steps)
     if order:
         _check_connections(ir, at)
         _check_cycles(ir, at)
     from collsynth.ir.validate import validate
 
-    validate(ir)
+    validate(ir, max_steps_per_tb=max_steps)
     return ir
 
 
-def _check_limits(ir: Algo, at) -> None:  # type: ignore[no-untyped-def]
+def _check_limits(ir: Algo, at, max_steps: int | None) -> None:  # type: ignore[no-untyped-def]
     for gpu in ir.gpus:
         for tb in gpu.tbs:
-            if len(tb.steps) > MAX_STEPS_PER_TB:
-                raise CompileError(f"{at(gpu.id, tb.id, MAX_STEPS_PER_TB)}rank {gpu.id} threadblock {tb.id} (send "
+            if max_steps is not None and len(tb.steps) > max_steps:
+                raise CompileError(f"{at(gpu.id, tb.id, max_steps)}rank {gpu.id} threadblock {tb.id} (send "
                                    f"{tb.send}, recv {tb.recv}, channel {tb.chan}) needs {len(tb.steps)} steps; MSCCL "
-                                   f"runs at most {MAX_STEPS_PER_TB} per threadblock: spread the ops over more "
+                                   f"runs at most {max_steps} per threadblock: spread the ops over more "
                                    "threadblocks or channels (sendtb/recvtb/ch hints), or aggregate chunks")
             if tb.chan >= MAX_CHANNELS:
                 raise CompileError(f"{at(gpu.id, tb.id, 0)}rank {gpu.id} threadblock {tb.id} uses channel {tb.chan}; "
@@ -85,46 +89,36 @@ def _check_connections(ir: Algo, at) -> None:  # type: ignore[no-untyped-def]
 
 
 def _check_cycles(ir: Algo, at) -> None:  # type: ignore[no-untyped-def]
-    """Kahn's algorithm over all steps: threadblock order, waits, and the k-th send -> k-th receive."""
+    """Kahn's algorithm over all steps: threadblock order, waits, and the k-th send -> k-th receive. Level by
+    level with numpy (the levels are the longest path, far fewer than the steps)."""
     base: list[list[int]] = []  # id of step 0 of every threadblock
     total = 0
+    src: list[int] = []  # edges src -> dst between global step ids
+    dst: list[int] = []
     for gpu in ir.gpus:
         firsts = []
         for tb in gpu.tbs:
             firsts.append(total)
             total += len(tb.steps)
         base.append(firsts)
-    succs: list[list[int]] = [[] for _ in range(total)]
-    indegree = [0] * total
     for gpu in ir.gpus:
         firsts = base[gpu.id]
         for tb in gpu.tbs:
             me = firsts[tb.id]
-            for step in tb.steps:
-                if step.s > 0:
-                    succs[me - 1].append(me)
-                    indegree[me] += 1
+            src.extend(range(me, me + len(tb.steps) - 1))  # threadblock order
+            dst.extend(range(me + 1, me + len(tb.steps)))
+            for k, step in enumerate(tb.steps):
                 if step.depid >= 0:
-                    succs[firsts[step.depid] + step.deps].append(me)
-                    indegree[me] += 1
-                me += 1
+                    src.append(firsts[step.depid] + step.deps)
+                    dst.append(me + k)
     senders, receivers = _connections(ir)
     for key, (stb, sends) in senders.items():
         rtb, recvs = receivers[key]
-        src, dst, _ = key
-        for s, r in zip(sends, recvs, strict=True):
-            a, b = base[src][stb] + s, base[dst][rtb] + r
-            succs[a].append(b)
-            indegree[b] += 1
-    ready = [i for i in range(total) if indegree[i] == 0]
-    done = 0
-    while ready:
-        i = ready.pop()
-        done += 1
-        for j in succs[i]:
-            indegree[j] -= 1
-            if indegree[j] == 0:
-                ready.append(j)
+        a, b = base[key[0]][stb], base[key[1]][rtb]
+        src.extend(a + s for s in sends)
+        dst.extend(b + r for r in recvs)
+    indegree = _unreached(total, np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64))
+    done = total - int(np.count_nonzero(indegree))
     if done < total:
         for gpu in ir.gpus:
             for tb in gpu.tbs:
@@ -133,3 +127,22 @@ def _check_cycles(ir: Algo, at) -> None:  # type: ignore[no-untyped-def]
                         raise CompileError(f"{at(gpu.id, tb.id, step.s)}dependency cycle: rank {gpu.id} threadblock "
                                            f"{tb.id} step {step.s} can never run (its waits, its threadblock's order "
                                            "and the connections' message order form a loop)")
+
+
+def _unreached(total: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Kahn's algorithm, a whole level of ready steps at a time: the in-degree left on every step (all zero
+    when the graph is acyclic)."""
+    indegree = np.bincount(dst, minlength=total)
+    by_src = np.argsort(src, kind="stable")
+    succ = dst[by_src]
+    first = np.zeros(total + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=total), out=first[1:])
+    ready = np.flatnonzero(indegree == 0)
+    while ready.size:
+        starts, counts = first[ready], first[ready + 1] - first[ready]
+        ends = np.cumsum(counts)
+        picked = np.arange(int(ends[-1])) - np.repeat(ends - counts - starts, counts)
+        targets = succ[picked]
+        np.subtract.at(indegree, targets, 1)
+        ready = np.unique(targets[indegree[targets] == 0])
+    return indegree

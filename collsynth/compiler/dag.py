@@ -212,11 +212,19 @@ def trace_to_dag(program: Program) -> InstrDAG:
                 deps.add(last_writer[slot])  # write-after-write
             last_writer[slot] = i
 
+    inplace = coll.inplace  # out of place, alias_slot is the identity
+
+    def ordered(deps: set[int]) -> tuple[int, ...]:
+        return tuple(deps) if len(deps) < 2 else tuple(sorted(deps))
+
     for op in program.ops:
         src, dst, line = op.src, op.dst, op.line
         cnt = src.count
-        sbuf, soff = alias_slot(coll, src.rank, src.buffer, src.index)
-        dbuf, doff = alias_slot(coll, dst.rank, dst.buffer, dst.index)
+        if inplace:
+            sbuf, soff = alias_slot(coll, src.rank, src.buffer, src.index)
+            dbuf, doff = alias_slot(coll, dst.rank, dst.buffer, dst.index)
+        else:
+            sbuf, soff, dbuf, doff = src.buffer, src.index, dst.buffer, dst.index
         sfirst, dfirst = base[(src.rank, sbuf)] + soff, base[(dst.rank, dbuf)] + doff
         channel = -1 if op.channel is None else op.channel
         copying = op.op == OP_COPY
@@ -232,7 +240,7 @@ def trace_to_dag(program: Program) -> InstrDAG:
             deps.discard(i)
             instrs.append(Instr(COPY if copying else REDUCE, src.rank, sbuf, soff, dbuf, doff, cnt, -1, -1,
                                 -1 if op.sendtb is None or not manual else op.sendtb, channel, line))
-            preds.append(tuple(sorted(deps)))
+            preds.append(ordered(deps))
             after.append(())
             send_to.append(-1)
             continue
@@ -241,7 +249,7 @@ def trace_to_dag(program: Program) -> InstrDAG:
         read(i, sfirst, cnt, deps, src.rank, sbuf, soff, line)
         instrs.append(Instr(SEND, src.rank, sbuf, soff, sbuf, soff, cnt, dst.rank, -1,
                             -1 if op.sendtb is None or not manual else op.sendtb, channel, line))
-        preds.append(tuple(sorted(deps)))
+        preds.append(ordered(deps))
         after.append(() if previous is None else (previous,))
         send_to.append(i + 1)
         j, deps = i + 1, set()
@@ -251,7 +259,7 @@ def trace_to_dag(program: Program) -> InstrDAG:
         deps.discard(j)
         instrs.append(Instr(RECV if copying else RECV_REDUCE_COPY, dst.rank, dbuf, doff, dbuf, doff, cnt, -1, src.rank,
                             -1 if op.recvtb is None or not manual else op.recvtb, channel, line))
-        preds.append(tuple(sorted(deps)))
+        preds.append(ordered(deps))
         after.append(() if previous is None else (previous + 1,))
         send_to.append(-1)
     return InstrDAG(program.num_ranks, tuple(instrs), tuple(preds), tuple(after), tuple(send_to), source)

@@ -150,7 +150,12 @@ def replicate_instances(dependencies: Dependencies, program: Program) -> TbProgr
                 code, start, size = "s", base[buf], scratch[buf]
             return code, start + ((off * copies + k * cnt) if interleaved else (size * k + off))
 
-        made: list[tuple[tuple[int, int, int], int, LTb]] = []
+        # Threadblocks are numbered by (send, recv, chan), then by their order in the placement: number them
+        # first, so every wait names its final threadblock as it is made.
+        keys = sorted(((tb.send, tb.recv, tb.chan + k * per_instance), t * copies + k)
+                      for t, tb in enumerate(tbs) for k in range(copies))
+        new_id = {old: new for new, (_, old) in enumerate(keys)}
+        made: list[LTb] = [None] * len(keys)  # type: ignore[list-item]
         for t, tb in enumerate(tbs):
             for k in range(copies):
                 steps = []
@@ -163,14 +168,11 @@ def replicate_instances(dependencies: Dependencies, program: Program) -> TbProgr
                     if cross:
                         waits += [(tb_of[p] * copies + kp, step_of[p]) for p, kp in cross.get((i, k), ())]
                         waits = _uncovered(waits, waited)
-                    steps.append(LStep(ins.kind, sb, so, db, do, ins.cnt, tuple(waits), False, ins.line))
+                    steps.append(LStep(ins.kind, sb, so, db, do, ins.cnt,
+                                       tuple([(new_id[a], b) for a, b in waits]) if waits else (), False, ins.line))
                 chan = tb.chan + k * per_instance
-                made.append(((tb.send, tb.recv, chan), t * copies + k, LTb(tb.send, tb.recv, chan, tuple(steps))))
-        made.sort(key=lambda item: (item[0], item[1]))
-        new_id = {old: new for new, (_, old, _) in enumerate(made)}
-        gpus.append(tuple(LTb(tb.send, tb.recv, tb.chan,
-                              tuple(_with_deps(s, tuple((new_id[a], b) for a, b in s.deps)) for s in tb.steps))
-                          for _, _, tb in made))
+                made[new_id[t * copies + k]] = LTb(tb.send, tb.recv, chan, tuple(steps))
+        gpus.append(tuple(made))
         gpu_sizes.append((coll.input_chunks * copies, coll.output_chunks * copies, at))
     return TbProgram(program.name, instance_collective(coll, copies), program.protocol, coll.inplace, copies,
                      tuple(gpus), tuple(gpu_sizes), placement.dag.source)
@@ -269,13 +271,15 @@ def insert_nops(tbprog: TbProgram) -> TbProgram:
             index = new_index[t]
             return (t, s) if index is None else (t, index[s])
 
-        waited = {moved(t, s) for tb in tbs for step in tb.steps for t, s in step.deps}
+        shifted = any(index is not None for index in new_index)  # else every step keeps its index
+        waited = ({moved(t, s) for tb in tbs for step in tb.steps for t, s in step.deps} if shifted else
+                  {dep for tb in tbs for step in tb.steps for dep in step.deps})
         new_tbs = []
         for t, tb in enumerate(tbs):
             steps = []
             for step in tb.steps:
                 deps = step.deps
-                if deps:
+                if deps and (shifted or len(deps) > 1):
                     deps = tuple(moved(a, b) for a, b in deps)
                     for dep in deps[1:]:
                         steps.append(LStep(NOP, "i", -1, "o", -1, 0, (dep,), False, step.line))

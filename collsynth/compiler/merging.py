@@ -80,14 +80,15 @@ def _contract(dag: InstrDAG, merges: Sequence[tuple[Sequence[int], Instr]], dept
 
 # --- aggregate_contiguous ------------------------------------------------------------------------
 
-def aggregate_contiguous(dag: InstrDAG, contiguous_io: bool = True) -> InstrDAG:
+def aggregate_contiguous(dag: InstrDAG, contiguous_io: bool = True, either_end: bool = True) -> InstrDAG:
     """Merge into one step with a larger count (at most MAX_COUNT): consecutive messages on a
     connection (in its queue's order) that move contiguous chunks to contiguous chunks with the same
     step types and hints, and local copies/reductions of contiguous chunks, when they have the same
     depth (so none waits for another and merging cannot create a cycle). `contiguous_io=False` leaves
     steps on the input and output buffers alone: under interleaved replication with several instances a
     merged step would be replicated in blocks that cut across the single-chunk steps on the same chunks
-    (correct, see lowering.py, but instances would then wait for each other)."""
+    (correct, see lowering.py, but instances would then wait for each other). `either_end=False`: a run of
+    messages grows only upwards (a later-queued message with lower slots starts a new run)."""
     instrs, send_to, after = dag.instrs, dag.send_to, dag.after
     if not _has_candidates(dag):
         return dag
@@ -112,6 +113,8 @@ def aggregate_contiguous(dag: InstrDAG, contiguous_io: bool = True) -> InstrDAG:
         k = next_message.get(head)
         while k is not None:
             side = _joins(dag, depth, ends, run[-1], k)
+            if side < 0 and not either_end:
+                side = 0
             if (side and total + instrs[k].cnt <= MAX_COUNT and not excluded(k)
                     and not excluded(send_to[k]) and not excluded(run[0]) and not excluded(send_to[run[0]])):
                 run.append(k)

@@ -21,7 +21,7 @@ from collsynth.compiler.placement import assign_channels, assign_threadblocks, s
 from collsynth.compiler.ports import order_port_sends
 from collsynth.compiler.split import pair_threadblocks, split_to_target, spread_channels
 from collsynth.core.targets import Target
-from collsynth.ir import Algo
+from collsynth.ir import MAX_STEPS_PER_TB, Algo
 from collsynth.language.program import Program, ProgramOptions
 
 _OPTION_NAMES = frozenset(f.name for f in fields(ProgramOptions))
@@ -47,13 +47,15 @@ def compile_program(program: Program, target: Target | str | None = None, *, aft
     compile_once = partial(_compile_once, pair_sends=pair_sends, timed=timed, after_each=after_each)
     if target is None:
         return compile_once(program, 1, False)
-    return split_to_target(program, target, compile_once)
+    # with a target, its own limits decide (split_to_target spreads long threadblocks), not MSCCL's default
+    return split_to_target(program, target, partial(compile_once, max_steps=None))
 
 
 def _compile_once(program: Program, spread: int, pair: bool, *, pair_sends: bool = True, timed: bool = False,
-                  after_each: AfterEach | None = None) -> Algo:
+                  after_each: AfterEach | None = None, max_steps: int | None = MAX_STEPS_PER_TB) -> Algo:
     """The passes, in order; `spread` > 1 spreads each channel's transfer chains over that many channels,
-    `pair` merges send-only and receive-only threadblocks (compiler/split.py)."""
+    `pair` merges send-only and receive-only threadblocks (compiler/split.py); `max_steps` per threadblock is
+    checked here (None: the target's check in split.py decides)."""
     opts = program.options
 
     def seen(name: str, form: Any) -> Any:
@@ -69,7 +71,8 @@ def _compile_once(program: Program, spread: int, pair: bool, *, pair_sends: bool
             dag = seen("order_messages", order_messages(dag))
         if opts.aggregate:
             contiguous_io = program.instances == 1 or not opts.interleaved_replication
-            dag = seen("aggregate_contiguous", aggregate_contiguous(dag, contiguous_io=contiguous_io))
+            dag = seen("aggregate_contiguous", aggregate_contiguous(dag, contiguous_io=contiguous_io,
+                                                                        either_end=opts.aggregate_either_end))
         if opts.instr_fusion:
             dag = seen("fuse_instructions", fuse_instructions(dag))
         channelled = seen("assign_channels", spread_channels(assign_channels(dag), spread))
@@ -80,7 +83,7 @@ def _compile_once(program: Program, spread: int, pair: bool, *, pair_sends: bool
         deps = seen("insert_dependencies", prune_dependencies(insert_dependencies(placed)))
         tbprog = seen("insert_nops", insert_nops(replicate_instances(deps, program)))
         return seen("lower_to_ir", check_ir(lower_to_ir(tbprog), step_lines(tbprog), order=opts.check,
-                                            source=dag.source))
+                                            source=dag.source, max_steps=max_steps))
 
 
 @contextmanager

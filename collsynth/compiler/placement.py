@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from itertools import chain
+
+import numpy as np
 
 from collsynth.compiler.dag import FUSED_TYPES, InstrDAG, depths, transfer_chain
 from collsynth.compiler.errors import CompileError
@@ -143,31 +146,48 @@ def schedule(cdag: ChannelledDAG) -> Schedule:
     preds, after, send_to = dag.preds, dag.after, dag.send_to
     n = len(dag.instrs)
     depth, rdepth = depths(dag)
-    succs: list[list[int]] = [[] for _ in range(n)]
-    pending = [0] * n
-    for i in range(n):
-        for p in preds[i]:
-            succs[p].append(i)
-        for p in after[i]:
-            succs[p].append(i)
-        pending[i] += len(preds[i]) + len(after[i])
-        if send_to[i] >= 0:
-            succs[i].append(send_to[i])
-            pending[send_to[i]] += 1
-    heap = [(depth[i], -rdepth[i], i) for i in range(n) if pending[i] == 0]
+    first, succ = _successors(preds, after, send_to)
+    pending = np.bincount(succ, minlength=n).tolist()
+    # The priority (depth, -rdepth, i) as one integer per instr: its rank in that order (keys are unique).
+    by_rank = np.lexsort((np.arange(n), -np.asarray(rdepth, dtype=np.int64), np.asarray(depth, dtype=np.int64)))
+    rank_of = np.empty(n, dtype=np.int64)
+    rank_of[by_rank] = np.arange(n)
+    rank, by_rank_list, starts, targets = rank_of.tolist(), by_rank.tolist(), first.tolist(), succ.tolist()
+    heap = [rank[i] for i in range(n) if pending[i] == 0]
     heapq.heapify(heap)
     order: list[int] = []
+    push, pop = heapq.heappush, heapq.heappop
     while heap:
-        _, _, i = heapq.heappop(heap)
+        i = by_rank_list[pop(heap)]
         order.append(i)
-        for s in succs[i]:
+        for k in range(starts[i], starts[i + 1]):
+            s = targets[k]
             pending[s] -= 1
             if pending[s] == 0:
-                heapq.heappush(heap, (depth[s], -rdepth[s], s))
+                push(heap, rank[s])
     if len(order) < n:
         stuck = next(i for i in range(n) if pending[i] > 0)
         raise CompileError(f"{dag.where(stuck)}internal error: the instruction DAG has a cycle at {dag.instrs[stuck]}")
     return Schedule(dag, cdag.channels, tuple(order), tuple(depth), tuple(rdepth))
+
+
+def _successors(preds: tuple[tuple[int, ...], ...], after: tuple[tuple[int, ...], ...],
+                 send_to: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The DAG's edges (dependencies, queue order, send -> receive) as successor lists in CSR form: the
+    successors of instr i are succ[first[i]:first[i + 1]]."""
+    n = len(send_to)
+    heads = [np.fromiter(chain.from_iterable(preds), dtype=np.int64),
+             np.fromiter(chain.from_iterable(after), dtype=np.int64)]
+    tails = [np.repeat(np.arange(n), np.fromiter(map(len, preds), dtype=np.int64, count=n)),
+             np.repeat(np.arange(n), np.fromiter(map(len, after), dtype=np.int64, count=n))]
+    receiver = np.fromiter(send_to, dtype=np.int64, count=n)
+    sending = np.flatnonzero(receiver >= 0)
+    src = np.concatenate([*heads, sending])
+    dst = np.concatenate([*tails, receiver[sending]])
+    by_src = np.argsort(src, kind="stable")
+    first = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=n), out=first[1:])
+    return first, dst[by_src]
 
 
 # --- assign_threadblocks -------------------------------------------------------------------------
@@ -308,30 +328,38 @@ def _place_user(dag: InstrDAG, rt: _RankTbs, i: int, ch: int) -> int:
         rt.user[hint] = t
     else:
         tb = rt.tbs[t]
-        at = dag.where(i)
-        if ch >= 0 and tb.chan != ch:
-            raise CompileError(f"{at}threadblock {hint} of rank {ins.rank} runs channel {tb.chan}; an op on channel "
-                               f"{ch} cannot join it (one channel per threadblock): use another sendtb/recvtb")
-        if send >= 0 and tb.send != send:
-            if tb.send >= 0:
-                raise CompileError(f"{at}threadblock {hint} of rank {ins.rank} already sends to rank {tb.send}; an "
-                                   f"op sending to rank {send} cannot join it (one send peer per threadblock): use "
-                                   "another sendtb")
-            if (send, tb.chan) in rt.by_send:
-                raise CompileError(f"{at}rank {ins.rank} already sends to rank {send} on channel {tb.chan} from "
-                                   f"threadblock {rt.tbs[rt.by_send[(send, tb.chan)]].user}; use that sendtb")
-            rt.set_send(t, send)
-        if recv >= 0 and tb.recv != recv:
-            if tb.recv >= 0:
-                raise CompileError(f"{at}threadblock {hint} of rank {ins.rank} already receives from rank {tb.recv}; "
-                                   f"an op receiving from rank {recv} cannot join it (one receive peer per "
-                                   "threadblock): use another recvtb")
-            if (recv, tb.chan) in rt.by_recv:
-                raise CompileError(f"{at}rank {ins.rank} already receives from rank {recv} on channel {tb.chan} in "
-                                   f"threadblock {rt.tbs[rt.by_recv[(recv, tb.chan)]].user}; use that recvtb")
-            rt.set_recv(t, recv)
+        if ch >= 0 and tb.chan != ch or send >= 0 and tb.send != send or recv >= 0 and tb.recv != recv:
+            _join_user(dag, rt, t, i, ch, send, recv)
     rt.tbs[t].instrs.append(i)
     return t
+
+
+def _join_user(dag: InstrDAG, rt: _RankTbs, t: int, i: int, ch: int, send: int, recv: int) -> None:
+    """Instr i joins the user's threadblock t, which does not yet have its channel, send peer or receive peer:
+    take the peer over, or refuse."""
+    ins, tb = dag.instrs[i], rt.tbs[t]
+    hint, at = ins.tb_hint, dag.where(i)
+    if ch >= 0 and tb.chan != ch:
+        raise CompileError(f"{at}threadblock {hint} of rank {ins.rank} runs channel {tb.chan}; an op on channel "
+                           f"{ch} cannot join it (one channel per threadblock): use another sendtb/recvtb")
+    if send >= 0 and tb.send != send:
+        if tb.send >= 0:
+            raise CompileError(f"{at}threadblock {hint} of rank {ins.rank} already sends to rank {tb.send}; an "
+                               f"op sending to rank {send} cannot join it (one send peer per threadblock): use "
+                               "another sendtb")
+        if (send, tb.chan) in rt.by_send:
+            raise CompileError(f"{at}rank {ins.rank} already sends to rank {send} on channel {tb.chan} from "
+                               f"threadblock {rt.tbs[rt.by_send[(send, tb.chan)]].user}; use that sendtb")
+        rt.set_send(t, send)
+    if recv >= 0 and tb.recv != recv:
+        if tb.recv >= 0:
+            raise CompileError(f"{at}threadblock {hint} of rank {ins.rank} already receives from rank {tb.recv}; "
+                               f"an op receiving from rank {recv} cannot join it (one receive peer per "
+                               "threadblock): use another recvtb")
+        if (recv, tb.chan) in rt.by_recv:
+            raise CompileError(f"{at}rank {ins.rank} already receives from rank {recv} on channel {tb.chan} in "
+                               f"threadblock {rt.tbs[rt.by_recv[(recv, tb.chan)]].user}; use that recvtb")
+        rt.set_recv(t, recv)
 
 
 def _place_pair(dag: InstrDAG, rt: _RankTbs, i: int, ch: int) -> int:

@@ -20,10 +20,10 @@ from dataclasses import replace
 from collsynth.compiler.dag import transfer_chain
 from collsynth.compiler.errors import CompileError
 from collsynth.compiler.placement import ChannelledDAG, Placement, Schedule, TbPlan
-from collsynth.core.limits import MAX_CHANNELS
+from collsynth.core.limits import MAX_CHANNELS, MAX_COUNT
 from collsynth.core.steps import RECEIVING_TYPES, SENDING_TYPES
 from collsynth.core.targets import Target, get_target
-from collsynth.ir import SEND, Algo, coll_spelling
+from collsynth.ir import NOP, REDUCE, SEND, Algo, Step, Threadblock, coll_spelling
 from collsynth.language.program import Program, Slot
 
 
@@ -43,6 +43,10 @@ def target_violation(ir: Algo, target: Target | str) -> str | None:
     if ir.nchannels > t.max_channels:
         return f"{t.runtime} runs at most {t.max_channels} channels; the algorithm needs {ir.nchannels}"
     for gpu in ir.gpus:
+        ids = sorted(tb.id for tb in gpu.tbs)
+        if ids != list(range(len(ids))):
+            return (f"{t.runtime} needs each GPU's thread block ids to be 0..n-1 without a gap or repeat (thread "
+                    f"block is missing); rank {gpu.id} has {ids[:8]}{'...' if len(ids) > 8 else ''}")
         if len(gpu.tbs) > t.max_tbs_per_gpu:
             return (f"{t.runtime} runs at most {t.max_tbs_per_gpu} thread blocks per GPU (too many thread blocks are "
                     f"requested); rank {gpu.id} needs {len(gpu.tbs)}")
@@ -57,6 +61,61 @@ def target_violation(ir: Algo, target: Target | str) -> str | None:
                 if step.cnt > t.max_count:
                     return (f"{t.runtime} moves at most {t.max_count} chunks per step; rank {gpu.id} thread block "
                             f"{tb.id} step {step.s} moves {step.cnt}")
+                if max(step.srcoff, step.dstoff) > t.max_offset:
+                    return (f"{t.runtime} stores a chunk offset in 16 bits (at most {t.max_offset}); rank {gpu.id} "
+                            f"thread block {tb.id} step {step.s} uses offset {max(step.srcoff, step.dstoff)}")
+            broken = _dependency_chain_break(tb.steps, t.max_reduce_fusion)
+            if broken is not None:
+                return (f"{t.runtime} ignores the XML: a chain of dependencies (nops) must end in a step that "
+                        f"carries a dependency itself; rank {gpu.id} thread block {tb.id} step {broken} does not")
+        crowded = _crowded_channel(gpu.tbs, t.max_tbs_per_channel)
+        if crowded is not None:
+            return f"{t.runtime} allows at most {t.max_tbs_per_channel} {crowded[1]} thread blocks per channel " \
+                   f"(too many {crowded[1]}s per channel); rank {gpu.id} channel {crowded[0]} has more"
+    return None
+
+
+def _crowded_channel(tbs: tuple[Threadblock, ...], limit: int) -> tuple[int, str] | None:
+    """The first (channel, 'send' or 'recv') with more than `limit` threadblocks of that side, if any."""
+    sends: dict[int, int] = {}
+    recvs: dict[int, int] = {}
+    for tb in tbs:
+        if tb.send >= 0:
+            sends[tb.chan] = sends.get(tb.chan, 0) + 1
+        if tb.recv >= 0:
+            recvs[tb.chan] = recvs.get(tb.chan, 0) + 1
+    for side, counts in (("send", sends), ("recv", recvs)):
+        for chan in sorted(counts):
+            if counts[chan] > limit:
+                return chan, side
+    return None
+
+
+def _dependency_chain_break(steps: tuple[Step, ...], max_fusion: int) -> int | None:
+    """The `s` of the first step that ends a list of nop dependencies without a dependency of its own, as the
+    loaders' parsers (msccl_parser.cc, topo.cc) walk a threadblock: consecutive `re` steps into one destination
+    (no depid, no hasdep, fewer than `max_fusion` reductions so far) continue one transfer and end no list."""
+    deps = pointer = reductions = 0
+    chain: tuple[str, int, str] | None = None  # (dstbuf, dstoff, srcbuf) of an open reduction chain
+    for step in steps:
+        if step.depid >= 0:
+            deps += 1
+        continuation = False
+        if step.type == REDUCE:
+            continuation = chain == (step.dstbuf, step.dstoff, step.srcbuf) and step.depid == -1
+            if not continuation:
+                chain = None
+        if step.type == NOP:
+            continue
+        if not continuation:
+            if deps > pointer and step.depid < 0:
+                return step.s
+            pointer = deps
+        if step.type != REDUCE:
+            chain = None
+        else:
+            reductions += 1
+            chain = None if step.hasdep or reductions == max_fusion else (step.dstbuf, step.dstoff, step.srcbuf)
     return None
 
 
@@ -121,7 +180,10 @@ def split_to_target(program: Program, target: Target | str, compile_once: Compil
                                "threadblocks or channels")
     first = problem
     limit = min(t.max_channels, MAX_CHANNELS)
-    base, k = ir.nchannels, 2
+    base = ir.nchannels
+    # k-way spreading leaves some threadblock at least 1/k of the longest one's steps: fewer ways cannot fit
+    longest = max((len(tb.steps) for _, tb in ir.threadblocks()), default=0)
+    k = max(2, -(-longest // t.max_steps_per_tb)) if "steps per thread block" in problem else 2
     while _splits_steps(problem) and base * k <= limit:
         try:
             candidate = _fit_ids(compile_once(program, k, False), t)
@@ -136,8 +198,9 @@ def split_to_target(program: Program, target: Target | str, compile_once: Compil
 
 
 def _splits_steps(problem: str) -> bool:
-    """Spreading channels shortens threadblocks; it cannot reduce the number of thread blocks or custom colls."""
-    return "steps per thread block" in problem
+    """Spreading channels shortens threadblocks and thins crowded channels; it cannot reduce the number of thread
+    blocks per GPU or load custom colls."""
+    return "steps per thread block" in problem or "thread blocks per channel" in problem
 
 
 def steps_per_connection(ir: Algo) -> int:
@@ -224,15 +287,22 @@ def fold_instances(program: Program) -> Program:
                                "(interleaved_replication=True)")
     from collsynth.compiler.lowering import instance_collective
 
+    # An op on chunks [i, i+c) of every copy is, in the folded layout, the one contiguous range [i*k, (i+c)*k)
+    # (part p of chunk j sits at j*k + p on both sides, so source and destination keep a constant offset): one
+    # op per piece of at most MAX_COUNT chunks, not one per chunk and part, so that steps stay few.
     ops = []
     for op in program.ops:
-        for part in range(k):
-            for m in range(op.src.count):
-                ops.append(replace(op, src=_part(op.src, m, part, k), dst=_part(op.dst, m, part, k)))
+        for start, count in _pieces(op.src.count * k):
+            ops.append(replace(op, src=Slot(op.src.rank, op.src.buffer, op.src.index * k + start, count),
+                               dst=Slot(op.dst.rank, op.dst.buffer, op.dst.index * k + start, count)))
     buffers = tuple(tuple((name, size * k) for name, size in named) for named in program.buffers)
     return replace(program, collective=instance_collective(program.collective, k), instances=1,
                    buffers=buffers, ops=tuple(ops))
 
 
-def _part(slot: Slot, m: int, part: int, k: int) -> Slot:
-    return Slot(slot.rank, slot.buffer, (slot.index + m) * k + part, 1)
+def _pieces(count: int) -> list[tuple[int, int]]:
+    """[0, count) as (start, count) pieces of at most MAX_COUNT chunks, as even as possible."""
+    parts = -(-count // MAX_COUNT)
+    base, extra = divmod(count, parts)
+    starts = [p * base + min(p, extra) for p in range(parts + 1)]
+    return [(starts[p], starts[p + 1] - starts[p]) for p in range(parts)]

@@ -143,6 +143,32 @@ def writable_target(path: str | os.PathLike[str]) -> Path:
     return target
 
 
+def check_writable(path: str | os.PathLike[str], *, directory: bool = False) -> Path:
+    """Raise OutputError now, before any work, when a later write of the file (or, with `directory`, of files
+    into the directory) at `path` would fail: a special file, a directory where a file goes (or a file where
+    a directory goes), a path under a file, or a place that refuses new files (probed with a temporary file,
+    removed at once: nothing stays behind, missing directories are not created)."""
+    target = Path(path)
+    if directory:
+        if target.exists() and not target.is_dir():
+            raise OutputError(f"{target}: exists and is not a directory; choose another output directory")
+    else:
+        target = writable_target(target)
+    folder = target if directory else (target.parent if str(target.parent) else Path("."))
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise OutputError(f"{target}: {existing} is not a directory; choose an output path under a directory")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".collsynth-probe.", dir=existing)
+    except OSError as exc:
+        raise OutputError(f"{target}: cannot write there ({exc.strerror}); choose a writable place") from None
+    os.close(fd)
+    os.unlink(probe)
+    return target
+
+
 def ensure_directory(path: str | os.PathLike[str]) -> Path:
     """Create the output directory `path` (and its parents) or raise OutputError in one line."""
     folder = Path(path)

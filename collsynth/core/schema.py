@@ -13,7 +13,9 @@ import types
 import typing
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
+
+from collsynth.core.caps import Cap
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -22,6 +24,17 @@ class Strict(BaseModel):
     """Base of every file schema: exact types, finite numbers, unknown keys an error, immutable."""
 
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, frozen=True)
+
+
+def capped(cap: Cap) -> AfterValidator:
+    """A field validator (`Annotated[int, Field(ge=1), capped(RANKS)]`) refusing values above a sanity cap, in
+    the cap's own words (it names the environment variable that raises it)."""
+    def within(value: int) -> int:
+        if value > cap.limit():
+            raise ValueError(f"{value} {cap.what} is above the cap of {cap.limit()} {cap.what}; raise it with "
+                             f"{cap.env}=N if you mean it")
+        return value
+    return AfterValidator(within)
 
 
 def check(model: type[Model], data: Any, label: str, error: type[Exception]) -> Model:
@@ -47,6 +60,8 @@ def describe(model: type[BaseModel], exc: ValidationError, label: str) -> str:
     if kind == "missing":
         return f"{label}: {where}: missing; add it (see docs/formats.md)"
     message = first.get("msg", "invalid").removeprefix("Value error, ")
+    if "raise it with" in message:  # a sanity cap: its message names the value, the cap and the fix
+        return f"{label}: {where or 'document'}: {message}"
     shown = repr(value)
     if len(shown) > 40:
         shown = shown[:37] + "..."

@@ -13,6 +13,26 @@ runtime's own loader (facts only; the sources are named per record).
 - none: simulation and Chakra only; the IR's own structural rules, no runtime limits.
 
 `step ids`: a loader reads a step's `s` and refuses `s >= max_steps`; nops count (they carry an `s`).
+
+Rules every loader above shares (read in microsoft/msccl src/graph/topo.cc mscclGetAlgoFromXMLAndSetAlgo and
+src/include/msccl.h, Azure/msccl-executor-nccl src/misc/msccl/msccl_parser.cc mscclGetAlgoFromXmlFile and
+src/include/msccl/msccl_struct.h, ROCm/rccl src/misc/msccl/msccl_parser.cc at 4bb0b4a3, the same walk):
+- threadblock ids of a gpu are 0..n-1 without a gap ("thread block %d is missing"), none repeated.
+- `s >= MSCCL_MAX_NUM_STEPS` and `cnt >= MSCCL_MAX_COUNT` (72) refused; `id >= MSCCL_MAX_NUM_THREAD_BLOCKS` refused
+  ("too many thread blocks are requested"); `chan < 0 || chan > MAXCHANNELS` refused.
+- per channel at most MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL (32) threadblocks with a send peer and 32 with a
+  receive peer ("too many sends per channel" / "too many recvs per channel").
+- srcoff/dstoff are stored as int16_t (mscclTransfer / mscclTransmission), dependentBid as int8_t.
+- dependencies: nops before a step add their (depid, deps) to that step's list; a step that ends such a list must
+  carry a dependency itself ("when there is a chain of dependencies, the last reduction must be a part of the first
+  immediate instruction ... XML will be ignored").
+- legacy only: the algo element needs `inplace`; minBytes defaults to 0 and maxBytes to 1<<27 (128 MB) when
+  absent; minBytes > maxBytes, minBytes < 0 or maxBytes < 0 refused (so maxBytes="0" with minBytes > 0 is
+  refused); MSCCL_XML_FILES is split on ':' and loading stops at MSCCL_MAX_NUM_ALGOS (4) ("too many algorithms
+  ... The rest will be ignored"); MSCCL_CONFIG (<msccl_algos><load path minbytes maxbytes proto/>) counts against
+  the same cap. Selection (src/collectives/all_to_all.cc and enqueue): ngpus == nRanks, count % nchunksperloop
+  == 0, nbytes >= minBytes && nbytes < maxBytes.
+- executor/RCCL: minBytes, maxBytes, inplace and outofplace are required attributes (read without a default).
 """
 
 from __future__ import annotations
@@ -47,6 +67,8 @@ class Target:
     open_max_bytes: int  # the maxBytes written for an open-ended range
     env: str  # how the runtime finds the files
     runtime_limits: bool = True  # False for `none`: no loader at all
+    max_offset: int = 32767  # srcoff/dstoff are int16_t in every loader's transfer record
+    max_reduce_fusion: int = 16  # MSCCL_MAX_REDUCE_FUSION: a chain of `re` steps on one dst is cut at the 16th
 
     def coll(self, ours: str) -> str:
         """The runtime's `coll` spelling of our (collsynth.ir.coll_spelling) spelling."""
@@ -92,7 +114,7 @@ NONE = Target(
     name="none", runtime="no runtime (simulation and Chakra only)", max_steps_per_tb=1 << 30,
     max_tbs_per_gpu=1 << 30, max_channels=32, max_tbs_per_channel=32, max_count=71, max_depid=1 << 30,
     max_algorithms=0, coll_spellings=_RUNTIME_COLLS, accepts_custom=True, max_bytes_exclusive=False,
-    zero_max_is_unbounded=True, open_max_bytes=0, env="", runtime_limits=False)
+    zero_max_is_unbounded=True, open_max_bytes=0, env="", runtime_limits=False, max_offset=1 << 30)
 
 TARGETS: MappingProxyType[str, Target] = MappingProxyType(
     {t.name: t for t in (MSCCL_EXECUTOR, RCCL, MSCCL_LEGACY, NONE)})

@@ -65,7 +65,7 @@ from collsynth.compiler.split import TargetLimitError, target_violation
 from collsynth.core.errors import CollsynthError
 from collsynth.core.files import write_atomic
 from collsynth.core.targets import Target, get_target
-from collsynth.ir import Algo, Gpu, Step, Threadblock
+from collsynth.ir import MAX_STEPS_PER_TB, Algo, Gpu, Step, Threadblock
 from collsynth.ir.validate import IRError, validate
 
 ALGO_ATTRS = ("name", "proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace", "outofplace", "minBytes",
@@ -89,7 +89,7 @@ def ir_to_xml(ir: Algo, target: Target | str | None = None) -> str:
     With a `target` (collsynth.core.targets) the text is what that runtime loads and selects: its `coll`
     spelling, and `maxBytes` written so that its size rule honours the IR's inclusive [min_bytes, max_bytes]
     (open-ended ranges as it accepts them); an IR the target's loader would refuse raises TargetLimitError."""
-    validate(ir)
+    validate(ir, max_steps_per_tb=None if target is not None else MAX_STEPS_PER_TB)  # a target checks its own
     coll, max_bytes = ir.collective, ir.max_bytes
     if target is not None:
         t = get_target(target)
@@ -144,7 +144,7 @@ def read_xml(source: str | os.PathLike[str]) -> Algo:
         raise XMLFormatError(f"{label}: not well-formed XML ({exc})") from None
     ir = _algo(label, root)
     try:
-        validate(ir)
+        validate(ir, max_steps_per_tb=None)  # steps per threadblock are a target's limit (collsynth doctor)
     except IRError as exc:
         raise IRError(f"{label}: {exc}") from None
     return ir
@@ -214,7 +214,10 @@ class _Attrs:
     """Typed access to one element's attributes with errors that name the element and line."""
 
     def __init__(self, label: str, elem: etree._Element) -> None:
+        from collsynth.ir.xml_schema import check_xml_attributes  # pydantic: only when a file is read
+
         self.label, self.elem = label, elem
+        check_xml_attributes(str(elem.tag), dict(elem.attrib), f"{label}:{elem.sourceline}", XMLFormatError)
 
     def _where(self, name: str) -> str:
         return f"{self.label}:{self.elem.sourceline}: <{self.elem.tag}> attribute {name!r}"

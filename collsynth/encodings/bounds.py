@@ -30,9 +30,10 @@ import numpy as np
 from collsynth.collectives import Collective
 from collsynth.core.errors import CollsynthError
 from collsynth.encodings.cut_bounds import cut_bound_rounds_per_chunk
-from collsynth.encodings.milp_model import INF, MilpModel
-from collsynth.encodings.sccl_z3 import instance_symmetries, orbits
+from collsynth.encodings.milp_model import Lin, MilpModel, Row, at_least, at_most, equal
+from collsynth.encodings.sccl_z3 import instance_symmetries
 from collsynth.topologies import Topology
+from collsynth.topologies.symmetry import orbits
 
 # Past this many flow columns (commodities x links, before the symmetry reduction) building the LP alone takes
 # minutes and gigabytes: the bound falls back to the ingress/egress cut (`cut_bounds`), weaker but in seconds.
@@ -158,7 +159,7 @@ def _safe_fraction(value: float) -> Fraction:
     return Fraction(int(value * 10**6) - 1, 10**6)
 
 
-Row = tuple[dict[tuple, float], float, float]  # (coefficients by column key, lower, upper)
+ColumnKey = tuple[Any, ...]  # ("f", chunk, sources, sink, src, dst), ("u", chunk, src, dst) or ("rounds",)
 
 
 class _FlowLP:
@@ -169,7 +170,7 @@ class _FlowLP:
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
         self.links = [(link.src, link.dst) for link in topology.links]
-        self.rows: list[Row] = []
+        self.rows: list[Row[ColumnKey]] = []  # over column keys; merged into orbit columns when solved
         self.load: dict[tuple[int, int], dict[tuple, float]] = defaultdict(dict)  # link -> usage column -> weight
 
     def chunk_usage(self, chunk: int, commodities: list[Commodity]) -> dict[tuple[int, int], tuple]:
@@ -189,21 +190,22 @@ class _FlowLP:
         usage: dict[tuple[int, int], tuple] = {}
         for link, flows in flows_per_link.items():
             usage[link] = ("u", chunk, *link)
-            for f in flows:  # u - f >= 0: a link carries a chunk once for all its destinations
-                self.rows.append(({usage[link]: 1.0, f: -1.0}, 0.0, INF))
+            for f in flows:  # u >= f: a link carries a chunk once for all its destinations
+                self.rows.append(at_least(Lin.of(usage[link]), Lin.of(f)))
         return usage
 
     def _conservation(self, commodity: Commodity, cols: dict[tuple[int, int], tuple]) -> None:
         # in(r) - out(r) = [r == sink] for every rank that is not a source
-        per_rank: dict[int, dict[tuple, float]] = defaultdict(dict)
+        into: dict[int, list[ColumnKey]] = defaultdict(list)
+        out_of: dict[int, list[ColumnKey]] = defaultdict(list)
         for (a, b), col in cols.items():
-            per_rank[b][col] = 1.0
-            per_rank[a][col] = -1.0
+            into[b].append(col)
+            out_of[a].append(col)
         for r in range(self.topology.num_ranks):
             if r not in commodity.sources:
                 rhs = 1.0 if r == commodity.sink else 0.0
-                if per_rank[r] or rhs:
-                    self.rows.append((per_rank[r], rhs, rhs))
+                if into[r] or out_of[r] or rhs:
+                    self.rows.append(equal(Lin.total(into[r]) - Lin.total(out_of[r]), rhs))
 
     def add_usage(self, usage: dict[tuple[int, int], tuple], multiplicity: int) -> None:
         for link, col in usage.items():
@@ -211,40 +213,36 @@ class _FlowLP:
 
     def at_least(self, usage: dict[tuple[int, int], tuple], count: int) -> None:
         # sum_l usage(l) >= count
-        self.rows.append(({col: 1.0 for col in usage.values()}, float(count), INF))
+        self.rows.append(at_least(Lin.total(usage.values()), float(count)))
 
     def minimize_rounds(self, moves: list) -> float:
         # capacity: sum of usage on a link <= bw * rounds; on a switch's links <= budget * rounds
+        rounds = Lin.of(self.ROUNDS)
         for (a, b), weights in self.load.items():
-            self.rows.append(({**weights, self.ROUNDS: -float(self.topology.bandwidth(a, b))}, -INF, 0.0))
+            self.rows.append(at_most(Lin.weighted(weights.items()), rounds * float(self.topology.bandwidth(a, b))))
         for switch in self.topology.switches:
-            shared: dict[tuple[Any, ...], float] = {}
-            for link in switch.links:
-                for col, w in self.load.get(link, {}).items():
-                    shared[col] = shared.get(col, 0.0) + w
-            if shared:
-                self.rows.append(({**shared, self.ROUNDS: -float(switch.bandwidth)}, -INF, 0.0))
-        keys = {key for coeffs, _, _ in self.rows for key in coeffs} | {self.ROUNDS}
+            shared = Lin.weighted((col, w) for link in switch.links for col, w in self.load.get(link, {}).items())
+            if shared.terms:
+                self.rows.append(at_most(shared, rounds * float(switch.bandwidth)))
+        keys = {key for row in self.rows for key in row.terms} | {self.ROUNDS}
         orbit = orbits(keys, moves)
         column = {key: i for i, key in enumerate(sorted({orbit[k] for k in keys}))}  # type: ignore[type-var]
+        column_of = {key: column[orbit[key]] for key in keys}  # a key's orbit column
         # symmetric images of a row become the same row once columns are orbits: keep one of each
-        unique: dict[tuple[Any, ...], tuple[dict[int, float], float, float]] = {}
-        for coeffs, lower, upper in self.rows:
-            merged: dict[int, float] = defaultdict(float)
-            for key, coeff in coeffs.items():
-                merged[column[orbit[key]]] += coeff
-            signature = (tuple(sorted(merged.items())), lower, upper)
-            unique.setdefault(signature, (dict(merged), lower, upper))
+        unique: dict[tuple[Any, ...], Row[int]] = {}
+        for row in self.rows:
+            merged = row.renamed(column_of.__getitem__)
+            unique.setdefault((tuple(sorted(merged.terms.items())), merged.lo, merged.hi), merged)
         return _solve_lp(len(column), column[self.ROUNDS], list(unique.values()))
 
 
-def _solve_lp(num_cols: int, objective: int, rows: list[tuple[dict[int, float], float, float]]) -> float:
-    """min x[objective] s.t. lower <= row . x <= upper, x >= 0 (the one LP/MILP builder, solved by HiGHS)."""
+def _solve_lp(num_cols: int, objective: int, rows: list[Row[int]]) -> float:
+    """min x[objective] s.t. the rows, x >= 0 (the one LP/MILP builder, solved by HiGHS)."""
     model = MilpModel("bandwidth_bound")
     model.add_columns(num_cols)
     model.set_cost(objective, 1.0)
-    for coeffs, lower, upper in rows:
-        model.add_row("flow", list(coeffs), list(coeffs.values()), lo=lower, hi=upper)
+    for row in rows:
+        model.add("flow", row)
     result = model.solve("highs")
     if result.status != "optimal" or result.objective is None:
         raise ImpossibleCollectiveError(f"the bandwidth bound LP did not solve ({result.message or result.status})")

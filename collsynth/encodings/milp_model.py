@@ -2,22 +2,25 @@
 
     model = MilpModel("routing")
     x = model.add_binaries(3); t = model.add_columns(1, cost=1.0)[0]
-    model.add_row("cover", list(x), [1.0] * 3, lo=1.0)                  # x0 + x1 + x2 >= 1
-    model.add_ge("makespan", Lin.of(t), Lin.of(x[0], 2.0) + 0.5)         # t >= 2 x0 + 0.5
+    model.add_ge("cover", Lin.total(x), 1.0)                         # x0 + x1 + x2 >= 1
+    model.add_ge("makespan", Lin.of(t), Lin.of(x[0], 2.0) + 0.5)     # t >= 2 x0 + 0.5
+    model.add("pick", between(1.0, Lin.total(x), 2.0))                # 1 <= x0 + x1 + x2 <= 2
     result = model.solve("highs", time_limit=10)
 
-Encodings add variables and rows as plain index/coefficient lists or as small linear expressions (`Lin`);
-no solver expression objects, so a model with 10^5 nonzeros builds in well under a second. `solve` hands
-the whole matrix (`LpMatrix`) to a driver and checks what comes back against the rows, bounds and
-integrality before it is used: no solver's word is trusted (module docstring of `milp_solvers`).
+Encodings write rows as small linear expressions (`Lin`, compared into a `Row` by `at_least` / `at_most` /
+`equal` / `between`); `add_row` takes plain index/coefficient lists underneath. No solver expression
+objects, so a model with 10^5 nonzeros builds in well under a second. `solve` hands the whole matrix
+(`LpMatrix`) to a driver and checks what comes back against the rows, bounds and integrality before it
+is used: no solver's word is trusted (module docstring of `milp_solvers`).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import numpy as np
 
@@ -31,30 +34,46 @@ from collsynth.encodings.milp_solvers import (
     solve_matrix,
     stop_grace,
 )
+from collsynth.schedule.result import ModelSize
 
 INF = math.inf
 FEASIBILITY_TOL = 1e-6
 
 
-@dataclass(frozen=True)
-class Lin:
-    """A linear expression sum(coef * x[col]) + const, for rows that read like their formula."""
+Key = TypeVar("Key", bound=Hashable)  # what names a column: its index in a model, or a key mapped to one later
+Other = TypeVar("Other", bound=Hashable)
 
-    terms: Mapping[int, float]
+
+@dataclass(frozen=True, slots=True)
+class Lin(Generic[Key]):
+    """A linear expression sum(coef * x[col]) + const, for rows that read like their formula. Columns are
+    model indices, or any keys that `renamed` maps to indices later (the flow-LP bound's symmetric orbits)."""
+
+    terms: Mapping[Key, float]
     const: float = 0.0
 
     @staticmethod
-    def of(col: int, coef: float = 1.0) -> Lin:
+    def of(col: Other, coef: float = 1.0) -> Lin[Other]:
         return Lin({col: coef})
 
     @staticmethod
-    def total(cols: Iterable[int], coef: float = 1.0) -> Lin:
-        terms: dict[int, float] = {}
-        for c in cols:
-            terms[c] = terms.get(c, 0.0) + coef
-        return Lin(terms)
+    def total(cols: Iterable[Other], coef: float = 1.0) -> Lin[Other]:
+        """sum_i coef * x[cols[i]] (a column listed twice counts twice)."""
+        return Lin.weighted((c, coef) for c in cols)
 
-    def __add__(self, other: Lin | float) -> Lin:
+    @staticmethod
+    def weighted(terms: Iterable[tuple[Other, float]]) -> Lin[Other]:
+        """sum_i coef_i * x[col_i] over (col_i, coef_i) pairs (repeated columns are summed in order)."""
+        merged: dict[Other, float] = {}
+        for c, v in terms:
+            merged[c] = merged.get(c, 0.0) + v
+        return Lin(merged)
+
+    def renamed(self, name: Callable[[Key], Other]) -> Lin[Other]:
+        """The same expression over the columns name(key) (terms that meet are summed in order)."""
+        return Lin(_renamed(self.terms, name), self.const)
+
+    def __add__(self, other: Lin[Key] | float) -> Lin[Key]:
         if not isinstance(other, Lin):
             return Lin(self.terms, self.const + other)
         terms = dict(self.terms)
@@ -62,25 +81,60 @@ class Lin:
             terms[c] = terms.get(c, 0.0) + v
         return Lin(terms, self.const + other.const)
 
-    def __sub__(self, other: Lin | float) -> Lin:
-        return self + (other * -1.0 if isinstance(other, Lin) else -other)
+    def __sub__(self, other: Lin[Key] | float) -> Lin[Key]:
+        if not isinstance(other, Lin):
+            return Lin(self.terms, self.const - other)
+        terms = dict(self.terms)
+        for c, v in other.terms.items():
+            terms[c] = terms.get(c, 0.0) - v
+        return Lin(terms, self.const - other.const)
 
-    def __mul__(self, k: float) -> Lin:
+    def __mul__(self, k: float) -> Lin[Key]:
         return Lin({c: v * k for c, v in self.terms.items()}, self.const * k)
 
 
-@dataclass(frozen=True)
-class ModelSize:
-    columns: int
-    integer_columns: int
-    rows: int
-    nonzeros: int
-    # rows per constraint family, in the order they were added
-    families: tuple[tuple[str, int], ...] = ()
+@dataclass(frozen=True, slots=True)
+class Row(Generic[Key]):
+    """One constraint lo <= sum terms[col] * x[col] <= hi, built by `at_least` / `at_most` / `equal` /
+    `between` from expressions, and added to a model by `MilpModel.add`."""
 
-    def __str__(self) -> str:
-        return (f"{self.columns} cols ({self.integer_columns} integer), {self.rows} rows, "
-                f"{self.nonzeros} nonzeros")
+    terms: Mapping[Key, float]
+    lo: float = -math.inf
+    hi: float = math.inf
+
+    def renamed(self, name: Callable[[Key], Other]) -> Row[Other]:
+        return Row(_renamed(self.terms, name), self.lo, self.hi)
+
+
+def _renamed(terms: Mapping[Key, float], name: Callable[[Key], Other]) -> dict[Other, float]:
+    merged: dict[Other, float] = {}
+    for c, v in terms.items():
+        key = name(c)
+        merged[key] = merged.get(key, 0.0) + v
+    return merged
+
+
+def at_least(lhs: Lin[Key], rhs: Lin[Key] | float) -> Row[Key]:
+    """lhs >= rhs."""
+    diff = lhs - rhs
+    return Row(diff.terms, lo=-diff.const)
+
+
+def at_most(lhs: Lin[Key], rhs: Lin[Key] | float) -> Row[Key]:
+    """lhs <= rhs."""
+    diff = lhs - rhs
+    return Row(diff.terms, hi=-diff.const)
+
+
+def equal(lhs: Lin[Key], rhs: Lin[Key] | float) -> Row[Key]:
+    """lhs == rhs."""
+    diff = lhs - rhs
+    return Row(diff.terms, lo=-diff.const, hi=-diff.const)
+
+
+def between(lo: float, expr: Lin[Key], hi: float) -> Row[Key]:
+    """lo <= expr <= hi."""
+    return Row(expr.terms, lo - expr.const, hi - expr.const)
 
 
 class MilpModel:
@@ -142,20 +196,23 @@ class MilpModel:
         self._vals.extend(coefs)
         self._families[family] = self._families.get(family, 0) + 1
 
-    def add_ge(self, family: str, lhs: Lin, rhs: Lin | float) -> None:
+    def add(self, family: str, row: Row[int]) -> int:
+        """Add one row (`at_least(lhs, rhs)`, `at_most`, `equal`, `between`); returns its index."""
+        index = self.num_rows
+        self.add_row(family, list(row.terms), list(row.terms.values()), lo=row.lo, hi=row.hi)
+        return index
+
+    def add_ge(self, family: str, lhs: Lin[int], rhs: Lin[int] | float) -> int:
         """One row lhs >= rhs."""
-        diff = lhs - rhs
-        self.add_row(family, list(diff.terms), list(diff.terms.values()), lo=-diff.const)
+        return self.add(family, at_least(lhs, rhs))
 
-    def add_le(self, family: str, lhs: Lin, rhs: Lin | float) -> None:
+    def add_le(self, family: str, lhs: Lin[int], rhs: Lin[int] | float) -> int:
         """One row lhs <= rhs."""
-        diff = lhs - rhs
-        self.add_row(family, list(diff.terms), list(diff.terms.values()), hi=-diff.const)
+        return self.add(family, at_most(lhs, rhs))
 
-    def add_eq(self, family: str, lhs: Lin, rhs: Lin | float) -> None:
+    def add_eq(self, family: str, lhs: Lin[int], rhs: Lin[int] | float) -> int:
         """One row lhs == rhs."""
-        diff = lhs - rhs
-        self.add_row(family, list(diff.terms), list(diff.terms.values()), lo=-diff.const, hi=-diff.const)
+        return self.add(family, equal(lhs, rhs))
 
     def row_upper(self, row: int) -> float:
         return self._row_hi[row]
@@ -249,5 +306,5 @@ class MilpModel:
         return SolveResult(solver, status, objective, bound, seconds, values, result.message)
 
 
-__all__ = ["FEASIBILITY_TOL", "INF", "SOLVERS", "Lin", "MilpModel", "ModelSize", "SolveResult", "SolverError",
-           "stop_grace"]
+__all__ = ["FEASIBILITY_TOL", "INF", "SOLVERS", "Lin", "MilpModel", "ModelSize", "Row", "SolveResult", "SolverError",
+           "at_least", "at_most", "between", "equal", "stop_grace"]

@@ -37,10 +37,12 @@ SOLVERS = ("cbc", "highs")
 # CBC checks its -sec limit only between the steps of its search, and some steps of a large model's root
 # node check neither it nor SIGINT: on DGX-2 2-node AllGather (sk2, ~29k columns) the root LP took ~20 s
 # and processing the MIP start minutes more, so a 60 s limit ran 143-490 s. PuLP's COIN_CMD waits on the
-# process without a timeout, so the CBC process is run here (with the .mps/.mst files and options PuLP
-# writes, and PuLP reading the .sol back): at the limit plus the stop grace it gets SIGINT, on which the
-# cbc program sets its node and time limits to zero, stops at its next check and writes its best solution
-# ("Stopped on ctrl-c"); if it has not exited the kill grace later it is killed and what it found is lost.
+# process without a timeout (checked on PuLP 3.3.2: its `timeLimit` only becomes CBC's `-sec` option and
+# `actualSolve` then calls `cbc.wait()` with no timeout and no kill), so the CBC process is run here
+# (with the .mps/.mst files and options PuLP writes, and PuLP reading the .sol back): at the limit plus
+# the stop grace it gets SIGINT, on which the cbc program sets its node and time limits to zero, stops at
+# its next check and writes its best solution ("Stopped on ctrl-c"); if it has not exited the kill grace
+# later it is killed and what it found is lost.
 CBC_STOP_GRACE = 1.0
 CBC_KILL_GRACE = 5.0
 

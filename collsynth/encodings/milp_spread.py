@@ -28,7 +28,7 @@ from types import MappingProxyType
 
 from collsynth.encodings.milp_bounds import group_spread_time
 from collsynth.encodings.milp_instance import Arc, RoutingInstance, arc_adjacency, shortest_times
-from collsynth.encodings.milp_model import Lin, MilpModel
+from collsynth.encodings.milp_model import Lin, MilpModel, between
 from collsynth.encodings.milp_ordering import ScheduleProblem, Timing
 from collsynth.encodings.taccl_milp import Routes
 
@@ -278,7 +278,7 @@ def _chunk_tree(m: MilpModel, sp: SpreadProblem, w: _Windows, i: int, horizon: f
         into = [x[i, a] for a in usable if a[1] == v]
         need = v in sp.targets[i]
         # sum_u x_i(u,v) = 1 for targets, <= 1 otherwise
-        m.add_row("receive_once", into, [1.0] * len(into), lo=1.0 if need else 0.0, hi=1.0)
+        m.add("receive_once", between(1.0 if need else 0.0, Lin.total(into), 1.0))
         if need:
             m.add_ge("makespan", Lin.of(makespan), Lin.of(t[v]))  # T >= t_iv
     return t

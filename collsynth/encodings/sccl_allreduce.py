@@ -10,7 +10,8 @@ from collections.abc import Callable, Mapping, Sequence
 import z3
 
 from collsynth.core.enums import Op
-from collsynth.encodings.sccl_z3 import EncodingError, SendKey, StepEncoding, orbits
+from collsynth.encodings.sccl_z3 import EncodingError, SendKey, StepEncoding
+from collsynth.topologies.symmetry import orbits
 
 # --- constraint families (one function each) ----------------------------------------------------
 

@@ -222,6 +222,9 @@ class Sketch:
             raise SketchError("a sketch JSON file holds one object; see docs/formats.md")
         if "intranode_sketch" in data or "internode_sketch" in data:
             return sketch_from_taccl(data)
+        from collsynth.encodings.sketch_schema import check_sketch_document  # pydantic: only when a file is read
+
+        check_sketch_document(data, SketchError, taccl=False)  # the declared schema: types, ranges, keys
         fmt = data.get("format", SKETCH_FORMAT)
         if fmt != SKETCH_FORMAT:
             raise SketchError(f"sketch field 'format': unknown format {fmt!r}; expected {SKETCH_FORMAT!r}")
@@ -272,6 +275,9 @@ def sketch_from_taccl(data: Mapping[str, Any], *, name: str = "") -> Sketch:
     hyperparameters.input_chunkup) to a Sketch."""
     if not isinstance(data, Mapping):
         raise SketchError("a TACCL sketch JSON file holds one object")
+    from collsynth.encodings.sketch_schema import check_sketch_document
+
+    check_sketch_document(data, SketchError, taccl=True)
     _no_unknown(data, {"nnodes", "intranode_sketch", "internode_sketch", "symmetry_offsets", "hyperparameters"}, "")
     intra = _mapping(data.get("intranode_sketch", {"strategy": "none"}), "intranode_sketch")
     strategy = intra.get("strategy", "none")

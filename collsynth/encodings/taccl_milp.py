@@ -20,18 +20,18 @@ Two models (plus the greedy ordering between them, `milp_ordering.py`):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from types import MappingProxyType
-from typing import Any
 
 import numpy as np
-from networkx.utils import UnionFind  # type: ignore[import-untyped]
 
 from collsynth.core.errors import CollsynthError
 from collsynth.encodings.milp_instance import Arc, RoutingInstance, shortest_times
 from collsynth.encodings.milp_model import INF, Lin, MilpModel
 from collsynth.encodings.milp_ordering import COPY, ScheduleProblem, Transfer
+from collsynth.topologies.symmetry import orbits
 
 # release-time rows per link / budget (see _release_subsets)
 MAX_RELEASE_ROWS = 6
@@ -40,7 +40,7 @@ MAX_RELEASE_ROWS = 6
 XCols = Mapping[tuple[int, Arc], int]  # (chunk, link) -> x column
 FlowCols = dict[tuple[int, int, Arc], int]  # (chunk, target, link) -> f column
 Times = Mapping[tuple[int, Arc], float]  # (chunk, link) -> earliest start there (head) / least time after (tail)
-BoundMakespan = Callable[..., None]  # (family, cols, coefs, const=0.0): adds const + expr <= T
+BoundMakespan = Callable[[str, Lin[int]], None]  # (family, expr): adds the row expr <= T
 
 
 class RoutingError(CollsynthError):
@@ -51,23 +51,6 @@ class RoutingError(CollsynthError):
 class Routes:
     """Per chunk, the links it crosses: a tree from its sources reaching all of its targets."""
     trees: tuple[tuple[Arc, ...], ...]
-
-
-# --- orbits of symmetric items -------------------------------------------------------------------
-
-def _orbits(items: list[Any], image: Callable[[Any], Iterable[Any]]) -> list[int]:
-    """Representative (lowest) index of each item's orbit under the maps `image(item) -> iterable of items`."""
-    index = {it: i for i, it in enumerate(items)}
-    sets = UnionFind(range(len(items)))
-    for i, it in enumerate(items):
-        for other in image(it):
-            sets.union(i, index[other])
-    representative = list(range(len(items)))
-    for members in sets.to_sets():
-        low = min(members)
-        for i in members:
-            representative[i] = low
-    return representative
 
 
 def check_routes(inst: RoutingInstance, routes: Routes) -> Routes:
@@ -127,25 +110,24 @@ def build_routing_model(inst: RoutingInstance, *, upper_bound: float | None = No
     model = MilpModel(f"route_{inst.collective.name}_{inst.topology.name}")
     sym = inst.symmetry
     pairs = [(c, a) for c, ch in enumerate(inst.chunks) for a in ch.arcs]
-    reps = _orbits(pairs, lambda p: [(sym.chunk_perms[g][p[0]], sym.map_arc(g, p[1])) for g in range(sym.order)])
-    rep_col: dict[int, int] = {}
+    reps = orbits(pairs, [partial(_move_pair, inst, g) for g in range(sym.order)])
+    rep_col: dict[tuple[int, Arc], int] = {}
     x_col: dict[tuple[int, Arc], int] = {}
-    for i, pair in enumerate(pairs):
-        r = reps[i]
+    for pair in pairs:
+        r = reps[pair]
         if r not in rep_col:
             rep_col[r] = model.add_binaries(1)[0]
         x_col[pair] = rep_col[r]
     makespan = model.add_columns(1, lb=0.0, ub=upper_bound if upper_bound is not None else INF, cost=1.0)[0]
     chunk_reps = sorted({min(sym.chunk_perms[g][c] for g in range(sym.order)) for c in range(len(inst.chunks))})
     arcs = sorted({a for ch in inst.chunks for a in ch.arcs})
-    arc_rep = _orbits(arcs, lambda a: [sym.map_arc(g, a) for g in range(sym.order)])
-    rep_arcs = [a for i, a in enumerate(arcs) if arc_rep[i] == i]
+    arc_rep = orbits(arcs, [partial(sym.map_arc, g) for g in range(sym.order)])
+    rep_arcs = [a for a in arcs if arc_rep[a] == a]
     makespan_rows: list[int] = []
 
-    def bound_makespan(family: str, cols: list[int], coefs: list[float], const: float = 0.0) -> None:
-        # const + expr <= T
-        makespan_rows.append(model.num_rows)
-        model.add_row(family, cols + [makespan], coefs + [-1.0], hi=-const)
+    def bound_makespan(family: str, expr: Lin[int]) -> None:
+        # expr <= T
+        makespan_rows.append(model.add_le(family, expr, Lin.of(makespan)))
 
     _receive_once(model, inst, x_col, chunk_reps)
     _send_only_held(model, inst, x_col, chunk_reps)
@@ -154,9 +136,14 @@ def build_routing_model(inst: RoutingInstance, *, upper_bound: float | None = No
     used_col = _link_load(model, inst, x_col, rep_arcs, head, tail, bound_makespan)
     _budget_load(model, inst, x_col, used_col, head, tail, bound_makespan)
     _fanout_after_arrival(model, inst, x_col, flow_col, chunk_reps, bound_makespan)
-    unique_col, orbits = _unique_links(model, inst, x_col, flow_col, chunk_reps)
+    unique_col, orbit_sizes = _unique_links(model, inst, x_col, flow_col, chunk_reps)
     return RoutingModel(model, MappingProxyType(x_col), MappingProxyType(flow_col), MappingProxyType(used_col),
-                        MappingProxyType(unique_col), makespan, tuple(makespan_rows), MappingProxyType(orbits))
+                        MappingProxyType(unique_col), makespan, tuple(makespan_rows), MappingProxyType(orbit_sizes))
+
+
+def _move_pair(inst: RoutingInstance, g: int, pair: tuple[int, Arc]) -> tuple[int, Arc]:
+    """The image of (chunk, link) under the instance's symmetry g."""
+    return inst.symmetry.chunk_perms[g][pair[0]], inst.symmetry.map_arc(g, pair[1])
 
 
 def _receive_once(model: MilpModel, inst: RoutingInstance, x_col: XCols, chunk_reps: list[int]) -> None:
@@ -208,7 +195,8 @@ def _path_flows(model: MilpModel, inst: RoutingInstance, x_col: XCols, chunk_rep
                         balance[v] = balance.get(v, Lin({})) + Lin.of(col, sign)
             for v, net in balance.items():
                 model.add_eq("flow_conservation", net, 1.0 if v == d else 0.0)
-            bound_makespan("arrival_before_makespan", list(cols), [inst.link_cost[a] for a in arcs])
+            arrival = Lin.weighted((col, inst.link_cost[a]) for col, a in zip(cols, arcs, strict=True))
+            bound_makespan("arrival_before_makespan", arrival)
     return flow_col
 
 
@@ -239,16 +227,17 @@ def _head_tail(inst: RoutingInstance) -> tuple[dict[tuple[int, Arc], float], dic
 
 
 def _release_subsets(jobs: list[tuple[float, float, int, float]],
-                     limit: int = MAX_RELEASE_ROWS) -> Iterator[tuple[float, list[int], list[float], int]]:
-    """For jobs (head, tail, column, coefficient) sharing one link or budget: the subsets "every job
-    released at or after h", for up to `limit` thresholds h. Each yields (h + least tail, cols, coefs, count):
-    such jobs all start after h and run one at a time, so h + their total time + a tail <= T."""
+                     limit: int = MAX_RELEASE_ROWS) -> Iterator[tuple[Lin[int], int]]:
+    """For jobs (head, tail, column, time) sharing one link or budget: the subsets "every job released at or
+    after h", for up to `limit` thresholds h. Each yields (h + sum_j time_j x_j + least tail, how many jobs):
+    such jobs all start after h and run one at a time, so that expression is a lower bound on T."""
     heads = sorted({h for h, *_ in jobs})
     if len(heads) > limit:
         heads = [heads[round(i * (len(heads) - 1) / (limit - 1))] for i in range(limit)]
     for h in heads:
         members = [j for j in jobs if j[0] >= h]
-        yield h + min(j[1] for j in members), [j[2] for j in members], [j[3] for j in members], len(members)
+        least_tail = min(j[1] for j in members)
+        yield Lin.weighted((col, time) for _, _, col, time in members) + (h + least_tail), len(members)
 
 
 def _link_load(model: MilpModel, inst: RoutingInstance, x_col: XCols, rep_arcs: list[Arc], head: Times,
@@ -269,19 +258,18 @@ def _link_load(model: MilpModel, inst: RoutingInstance, x_col: XCols, rep_arcs: 
         per_chunk = inst.link_alpha[a] / max(1, inst.max_together) + inst.link_beta[a] if grouped \
             else inst.link_cost[a]
         jobs = [(head[(c, a)], tail[(c, a)], col, per_chunk) for c, col in pairs]
-        for const, cols, coefs, count in _release_subsets(jobs):
-            if count > 1 or const > 0:
-                bound_makespan("link_load", cols, coefs, const)
+        for finish, count in _release_subsets(jobs):
+            if count > 1 or finish.const > 0:
+                bound_makespan("link_load", finish)
         if grouped:
             used = model.add_columns(1, lb=0.0, ub=1.0)[0]
             for g in range(sym.order):
                 used_col[sym.map_arc(g, a)] = used
             for col in {col for _, col in pairs}:
                 model.add_le("link_used", Lin.of(col), Lin.of(used))
-            const = min(head[(c, a)] for c, _ in pairs) + min(tail[(c, a)] for c, _ in pairs)
-            cols = [col for _, col in pairs]
-            bound_makespan("link_load_alpha_once", [used] + cols,
-                           [inst.link_alpha[a]] + [inst.link_beta[a]] * len(cols), const)
+            release = min(head[(c, a)] for c, _ in pairs) + min(tail[(c, a)] for c, _ in pairs)
+            transfer = Lin.of(used, inst.link_alpha[a]) + Lin.total((col for _, col in pairs), inst.link_beta[a])
+            bound_makespan("link_load_alpha_once", transfer + release)
     return used_col
 
 
@@ -305,9 +293,9 @@ def _budget_load(model: MilpModel, inst: RoutingInstance, x_col: XCols, used_col
         if key in seen:
             continue
         seen.add(key)
-        for const, cols, coefs, count in _release_subsets(jobs):
+        for finish, count in _release_subsets(jobs):
             if count > 1:
-                bound_makespan("budget_load", cols, coefs, const)
+                bound_makespan("budget_load", finish)
 
 
 def _fanout_after_arrival(model: MilpModel, inst: RoutingInstance, x_col: XCols, flow_col: FlowCols,
@@ -327,10 +315,9 @@ def _fanout_after_arrival(model: MilpModel, inst: RoutingInstance, x_col: XCols,
                 sends = [a for a in arcs_from.get(u, ()) if a in res.links]
                 if len(sends) < 2:
                     continue
-                path = [(flow_col[(c, u, a)], inst.link_cost[a]) for a in ch.paths_to[u]]
-                cols = [col for col, _ in path] + [x_col[(c, a)] for a in sends]
-                coefs = [w for _, w in path] + [inst.link_cost[a] for a in sends]
-                bound_makespan("fanout_after_arrival", cols, coefs)
+                arrival = Lin.weighted((flow_col[(c, u, a)], inst.link_cost[a]) for a in ch.paths_to[u])
+                fanout = Lin.weighted((x_col[(c, a)], inst.link_cost[a]) for a in sends)
+                bound_makespan("fanout_after_arrival", arrival + fanout)
 
 
 def _unique_links(model: MilpModel, inst: RoutingInstance, x_col: XCols, flow_col: FlowCols,
@@ -346,21 +333,21 @@ def _unique_links(model: MilpModel, inst: RoutingInstance, x_col: XCols, flow_co
         if a in inst.unique_links:
             users.setdefault(a, []).append(col)
     links = sorted(users)
-    link_rep = _orbits(links, lambda a: [sym.map_arc(g, a) for g in range(sym.order)])
-    orbit_size: dict[int, int] = {}
-    for r in link_rep:
+    link_rep = orbits(links, [partial(sym.map_arc, g) for g in range(sym.order)])
+    orbit_size: dict[Arc, int] = {}
+    for r in link_rep.values():
         orbit_size[r] = orbit_size.get(r, 0) + 1
     unique_col: dict[Arc, int] = {}
-    orbit_col: dict[int, int] = {}
-    for i, a in enumerate(links):
-        r = link_rep[i]
+    orbit_col: dict[Arc, int] = {}
+    for a in links:
+        r = link_rep[a]
         if r not in orbit_col:
             orbit_col[r] = model.add_columns(1, lb=0.0, ub=1.0, integer=True)[0]
         unique_col[a] = orbit_col[r]
-    for i, a in enumerate(links):
-        if link_rep[i] != i:
+    for a in links:
+        if link_rep[a] != a:
             continue
-        u = orbit_col[i]
+        u = orbit_col[a]
         if inst.unique_policy == "min":
             for col in sorted(set(users[a])):
                 model.add_le("unique_link_used", Lin.of(col), Lin.of(u))

@@ -50,11 +50,13 @@ class IRError(CollsynthError):
     """An IR the MSCCL/RCCL runtimes would refuse or run wrongly; the message says which limit and where."""
 
 
-def validate(ir: Algo) -> Algo:
-    """Check every loader limit and structural rule; return the IR unchanged or raise IRError."""
+def validate(ir: Algo, *, max_steps_per_tb: int | None = MAX_STEPS_PER_TB) -> Algo:
+    """Check every loader limit and structural rule; return the IR unchanged or raise IRError.
+    `max_steps_per_tb`: MSCCL's default; None leaves the steps-per-threadblock limit to a runtime target's check
+    (`compiler.split.target_violation`, `collsynth doctor`): target `none` has no such limit."""
     _check_algo(ir)
     for position, gpu in enumerate(ir.gpus):
-        _check_gpu(ir, position, gpu)
+        _check_gpu(ir, position, gpu, max_steps_per_tb)
     return ir
 
 
@@ -85,7 +87,7 @@ def _check_algo(ir: Algo) -> None:
         raise IRError(f"algo maxBytes={ir.max_bytes} is below minBytes={ir.min_bytes} (0 means no upper limit)")
 
 
-def _check_gpu(ir: Algo, position: int, gpu: Gpu) -> None:
+def _check_gpu(ir: Algo, position: int, gpu: Gpu, max_steps: int | None) -> None:
     if gpu.id != position:
         raise IRError(f"gpu ids must be 0..ngpus-1 in order; found id {gpu.id} at position {position}")
     where = f"gpu {gpu.id}"
@@ -104,7 +106,7 @@ def _check_gpu(ir: Algo, position: int, gpu: Gpu) -> None:
         if tb.id != index:
             raise IRError(f"{where}: threadblock ids must be contiguous from 0; found tb {tb.id} at position "
                           f"{index}")
-        _check_threadblock(ir, gpu, tb, sizes, connections, waited)
+        _check_threadblock(ir, gpu, tb, sizes, connections, waited, max_steps)
     per_channel = Counter(tb.chan for tb in gpu.tbs)
     busiest = max(per_channel, key=lambda chan: per_channel[chan], default=None)
     if busiest is not None and per_channel[busiest] > MAX_TBS_PER_CHANNEL:
@@ -121,7 +123,8 @@ def _check_gpu(ir: Algo, position: int, gpu: Gpu) -> None:
 
 
 def _check_threadblock(ir: Algo, gpu: Gpu, tb: Threadblock, sizes: dict[str, int],
-                       connections: dict[tuple[str, int, int], int], waited: set[tuple[int, int]]) -> None:
+                       connections: dict[tuple[str, int, int], int], waited: set[tuple[int, int]],
+                       max_steps: int | None) -> None:
     where = f"gpu {gpu.id} tb {tb.id}"
     for label, peer in (("send", tb.send), ("recv", tb.recv)):
         if peer == gpu.id or not -1 <= peer < ir.ngpus:
@@ -137,8 +140,8 @@ def _check_threadblock(ir: Algo, gpu: Gpu, tb: Threadblock, sizes: dict[str, int
     if tb.chan >= ir.nchannels:
         raise IRError(f"{where}: chan={tb.chan} but the algo declares nchannels={ir.nchannels}; the runtime only "
                       "sets up channels below nchannels")
-    if len(tb.steps) > MAX_STEPS_PER_TB:
-        raise IRError(f"{where}: {len(tb.steps)} steps exceed the runtime limit of {MAX_STEPS_PER_TB} steps per "
+    if max_steps is not None and len(tb.steps) > max_steps:
+        raise IRError(f"{where}: {len(tb.steps)} steps exceed the runtime limit of {max_steps} steps per "
                       "threadblock; spread the work over more threadblocks or channels")
     pending_nop = -1  # the first step of a run of nops still waiting for the step the loader attaches them to
     for index, step in enumerate(tb.steps):

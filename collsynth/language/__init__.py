@@ -119,10 +119,16 @@ class MSCCLProgram:
             self._lowered = (count, compile_program(self.program()))
         return self._lowered[1]
 
-    def generate_xml(self) -> str:
+    def generate_xml(self, target: str | None = None) -> str:
+        """The MSCCL-IR XML; with a runtime `target` (collsynth.core.targets), compiled for it (split to its
+        loader limits) and written in its spelling."""
         from collsynth.emit.msccl_xml import ir_to_xml
 
-        return ir_to_xml(self.lower())
+        if target is None:
+            return ir_to_xml(self.lower())
+        from collsynth.compiler import compile_program
+
+        return ir_to_xml(compile_program(self.program(), target), target)
 
     def check(self) -> bool:
         """The postcondition, symbolically (MSCCLang's check), then in the CPU interpreter."""
@@ -164,10 +170,11 @@ def chunk(rank: int, buffer: Buffer | str, index: int, size: int = 1) -> ChunkRe
     return _current("chunk").builder.chunk(rank, buffer, index, size)
 
 
-def XML() -> None:  # noqa: N802 - MSCCLang's name
-    """Print the open program's MSCCL-IR XML to stdout."""
+def XML(target: str | None = None) -> None:  # noqa: N802 - MSCCLang's name
+    """Print the open program's MSCCL-IR XML to stdout (for a runtime `target` when given: MSCCLang's XML() takes
+    none, so `XML()` stays its exact form)."""
     program = _current("XML")
-    print(program.generate_xml().rstrip("\n"))
+    print(program.generate_xml(target).rstrip("\n"))
     captured = CAPTURE.get()
     if captured is not None:
         captured.append(program.lower())
@@ -178,7 +185,10 @@ def Check() -> bool:  # noqa: N802 - MSCCLang's name
     return _current("Check").check()
 
 
+from collsynth.language.mscclang_names import Print, Ref, create_scratch  # noqa: E402 - needs _current above
+
 __all__ = [
+    "Print", "Ref", "create_scratch",
     "Buffer", "Check", "Chunk", "ChunkOp", "ChunkRef", "MSCCLProgram", "Program", "ProgramBuilder",
     "ProgramError", "ProgramOptions", "ReduceChunk", "Slot", "SymbolicState", "ThreadblockPolicy", "XML",
     "alias_slot", "check_postcondition", "chunk", "evaluate", "run_symbolic", "validate_program",

@@ -206,6 +206,20 @@ class ProgramBuilder:
             self.state.reduce(src, dst)
         self._bump(dst, line)
 
+    def emit(self, op: str, src: Slot, dst: Slot, line: int = 0, file: str = "") -> None:
+        """Record one op on resolved slots (no alias resolution, no hints): the path of generated programs
+        (language/lower.py), which hold no references. The checks that generated ops can fail stay: the link,
+        overlapping local slots, data in every slot read (symbolic execution), the scratch sizes."""
+        for slot in (src, dst) if op == REDUCE else (src,):
+            missing = self.state.first_unwritten(slot)
+            if missing is not None:
+                raise ProgramError(f"{where(line, file)}{op} of {src} to {dst} reads rank {slot.rank} "
+                                   f"{slot.buffer}[{missing}], which nobody wrote; copy data there first")
+        if is_scratch(dst.buffer):
+            named = self._scratch[dst.rank]
+            named[dst.buffer] = max(named.get(dst.buffer, 0), dst.end)
+        self._record(op, src, dst, None, None, None, line, file)
+
     def copy(self, ref: ChunkRef, dst: int, buffer: BufferLike | None = None, index: int | None = -1,
              sendtb: int | None = -1, recvtb: int | None = -1, ch: int | None = -1) -> ChunkRef:
         line, file = caller_location()

@@ -33,15 +33,17 @@ from __future__ import annotations
 import heapq
 import json
 from collections import defaultdict
+from dataclasses import replace
 
 from collsynth.collectives import STANDARD, make_collective
-from collsynth.language.builder import ProgramBuilder
-from collsynth.language.program import Program, ProgramError, alias_slot
+from collsynth.language.builder import ProgramBuilder, caller_location
+from collsynth.language.program import COPY, Program, ProgramError, Slot, alias_slot
+from collsynth.language.program import REDUCE as ADD
 from collsynth.schedule.algorithm import REDUCE, Algorithm, Send
 from collsynth.topologies import TopologyError, resolve_topology
 
 INPUT, OUTPUT, SCRATCH = "input", "output", "scratch"
-Slot = tuple[str, int]  # (buffer, index) on a known rank
+Place = tuple[str, int]  # (buffer, index) on a known rank
 
 
 class LoweringError(ProgramError):
@@ -60,31 +62,40 @@ def lower_to_program(algorithm: Algorithm, *, instances: int = 1, protocol: str 
     coll = algorithm.collective if inplace is None else algorithm.collective.with_inplace(inplace)
     builder = ProgramBuilder(name or algorithm.name, algorithm.topology, coll, instances=instances,
                              protocol=protocol)
-    _Lowering(builder, algorithm, coll, stage=merge == "stage").run()
+    line, file = caller_location()  # every op's DSL location: the line that asked for the lowering
+    _Lowering(builder, algorithm, coll, stage=merge == "stage", at=(line, file)).run()
     problems = builder.check()
     if problems:
         raise LoweringError(f"lowered program {builder.name!r} fails its postcondition: {problems[0]}")
-    return builder.build()
+    program = builder.build()
+    if any(send.start_us is not None for _, send in algorithm.sends()):
+        # A timed (MILP) schedule queues a link's messages in start order: a later message holding lower slots
+        # was timed later, and merging it in front makes the earlier chunk wait for it (relays lose their
+        # pipelining at large sizes). Runs grow upwards only, as before; the tuner may still ask for both.
+        program = replace(program, options=replace(program.options, aggregate_either_end=False))
+    return program
 
 
 class _Lowering:
-    def __init__(self, builder: ProgramBuilder, algorithm: Algorithm, coll, stage: bool = False) -> None:
+    def __init__(self, builder: ProgramBuilder, algorithm: Algorithm, coll, stage: bool = False,
+                 at: tuple[int, str] = (0, "")) -> None:
         self.builder, self.algorithm, self.coll, self.stage = builder, algorithm, coll, stage
-        self.current: dict[tuple[int, int], Slot] = {}  # (chunk, rank) -> where the rank holds it now
-        self.scratch: dict[tuple[int, int], Slot] = {}  # (chunk, rank) -> its scratch home
+        self.line, self.file = at
+        self.current: dict[tuple[int, int], Place] = {}  # (chunk, rank) -> where the rank holds it now
+        self.scratch: dict[tuple[int, int], Place] = {}  # (chunk, rank) -> its scratch home
         self.scratch_used: defaultdict[int, int] = defaultdict(int)
         for c, r, i in coll.inputs:
             self.current[(c, r)] = self._alias(r, INPUT, i)
 
-    def _alias(self, rank: int, buffer: str, index: int) -> Slot:
+    def _alias(self, rank: int, buffer: str, index: int) -> Place:
         return alias_slot(self.coll, rank, buffer, index)
 
-    def _new_scratch(self, rank: int) -> Slot:
+    def _new_scratch(self, rank: int) -> Place:
         index = self.scratch_used[rank]
         self.scratch_used[rank] += 1
         return (SCRATCH, index)
 
-    def home(self, chunk: int, rank: int) -> Slot:
+    def home(self, chunk: int, rank: int) -> Place:
         if rank in self.coll.post[chunk]:
             return self._alias(rank, OUTPUT, self.coll.output_index(chunk, rank))
         if not self.coll.combining and (chunk, rank) in self.current:
@@ -162,7 +173,8 @@ class _Lowering:
             else:
                 first = self._new_block(d, len(group))
                 targets = [(SCRATCH, first + k) for k in range(len(group))]
-            self.builder.chunk(s, block[0][0], block[0][1], len(group)).copy(d, targets[0][0], targets[0][1])
+            self.builder.emit(COPY, Slot(s, block[0][0], block[0][1], len(group)),
+                              Slot(d, targets[0][0], targets[0][1], len(group)), self.line, self.file)
             for (send, _, home), target in zip(group, targets, strict=True):
                 key = (send.chunk, d)
                 if reducing:
@@ -186,10 +198,12 @@ class _Lowering:
     def _order_reads_before_writes(self, planned: list) -> list:
         """Program order for one step: an op reading slot X precedes every op writing X (Kahn's algorithm);
         a cycle (two ops overwriting each other's source) is broken by staging a source in scratch."""
-        writers: defaultdict[tuple[int, Slot], list[int]] = defaultdict(list)
+        writers: defaultdict[tuple[int, Place], list[int]] = defaultdict(list)
         for k, (send, _, dst) in enumerate(planned):
             writers[(send.dst, dst)].append(k)
         planned = list(planned)
+        if not any(w != k for k, (send, src, _) in enumerate(planned) for w in writers.get((send.src, src), ())):
+            return planned  # no op writes what another reads: the order stays as it is
         while True:
             after: list[set[int]] = [set() for _ in planned]  # k -> ops that must come after k
             indegree = [0] * len(planned)
@@ -225,16 +239,17 @@ class _Lowering:
             self._copy(send.src, src, send.src, staged)
             planned[k] = (send, staged, dst)
 
-    def _copy(self, src_rank: int, src: Slot, dst_rank: int, dst: Slot) -> None:
-        if (src_rank, src) == (dst_rank, dst):
+    def _copy(self, src_rank: int, src: Place, dst_rank: int, dst: Place) -> None:
+        if src_rank == dst_rank and src == dst:
             return
-        self.builder.chunk(src_rank, src[0], src[1]).copy(dst_rank, dst[0], dst[1])
+        self.builder.emit(COPY, Slot(src_rank, src[0], src[1]), Slot(dst_rank, dst[0], dst[1]), self.line, self.file)
 
-    def _reduce(self, src_rank: int, src: Slot, dst_rank: int, dst: Slot) -> None:
-        self.builder.chunk(dst_rank, dst[0], dst[1]).reduce(self.builder.chunk(src_rank, src[0], src[1]))
+    def _reduce(self, src_rank: int, src: Place, dst_rank: int, dst: Place) -> None:
+        self.builder.emit(ADD, Slot(src_rank, src[0], src[1]), Slot(dst_rank, dst[0], dst[1]), self.line,
+                          self.file)
 
 
-def _contiguous(slots: list[Slot]) -> bool:
+def _contiguous(slots: list[Place]) -> bool:
     """Whether the slots are consecutive indices of one buffer, in this order."""
     return all(b[0] == slots[0][0] and b[1] == slots[0][1] + k for k, b in enumerate(slots))
 

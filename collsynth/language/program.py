@@ -111,6 +111,7 @@ class ProgramOptions:
     check: bool = True  # MSCCLang's check_xml: cycle and per-connection order checks
     dependence_nop: bool = False  # accepted for MSCCLang compatibility; codegen is the same either way
     program_message_order: bool = False  # keep each connection's messages in program order (timed schedules)
+    aggregate_either_end: bool = True  # a merged run of messages may also grow at its low end (compiler/merging.py)
 
     def __post_init__(self) -> None:
         if self.threadblock_policy not in ("auto", "manual"):

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from collsynth.core.limits import MAX_STEPS_PER_TB
 from collsynth.language.lower import lower_to_program
-from collsynth.language.program import Program
+from collsynth.language.program import ChunkOp, Program
 from collsynth.schedule import Algorithm
 
 
@@ -23,23 +23,22 @@ def timed_hints(program: Program) -> Program:
     for local copies; every MAX_STEPS_PER_TB ops on a link move on to a new channel (and threadblock), so no
     threadblock exceeds the runtimes' step limit."""
     tbs: list[dict[tuple[str, int, int], int]] = [{} for _ in range(program.topology.num_ranks)]
-    counts: dict[tuple[str, int, int], int] = {}
-
-    def tb(rank: int, role: str, peer: int, channel: int) -> int:
-        return tbs[rank].setdefault((role, peer, channel), len(tbs[rank]))
-
+    counts: dict[tuple[int, int], int] = {}  # (src, dst) -> ops so far on that link (src == dst: local copies)
     ops = []
     for op in program.ops:
         s, d = op.src.rank, op.dst.rank
-        key = ("local", s, s) if s == d else ("link", s, d)
-        seen = counts.get(key, 0)
-        counts[key] = seen + 1
+        seen = counts.get((s, d), 0)
+        counts[(s, d)] = seen + 1
         channel = seen // MAX_STEPS_PER_TB
         if s == d:
-            ops.append(replace(op, sendtb=tb(s, "local", s, channel), recvtb=None, channel=0))
+            mine = tbs[s]
+            sendtb = mine.setdefault(("local", s, channel), len(mine))
+            ops.append(ChunkOp(op.op, op.src, op.dst, sendtb, None, 0, op.line, op.file))
         else:
-            ops.append(replace(op, sendtb=tb(s, "send", d, channel), recvtb=tb(d, "recv", s, channel),
-                               channel=channel))
+            mine, theirs = tbs[s], tbs[d]
+            sendtb = mine.setdefault(("send", d, channel), len(mine))
+            recvtb = theirs.setdefault(("recv", s, channel), len(theirs))
+            ops.append(ChunkOp(op.op, op.src, op.dst, sendtb, recvtb, channel, op.line, op.file))
     options = replace(program.options, threadblock_policy="manual", aggregate=False, program_message_order=True)
     return replace(program, ops=tuple(ops), options=options)
 

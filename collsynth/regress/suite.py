@@ -62,6 +62,13 @@ class CaseEntry:
     def synthesized(self) -> bool:
         return self.source != LIBRARY
 
+    def best_us(self, size: int) -> float:
+        """What the entry would run at `size`: the faster of its compiled variant and its tuned configuration
+        (tuning runs out-of-place, so in-place entries keep their variant's time)."""
+        own = self.times_us[size]
+        tuned = None if self.variant.inplace else self.tuned_us.get(size)
+        return min(own, tuned) if tuned is not None else own
+
     @property
     def case(self) -> str:
         return f"{self.topology}/{self.collective}"
@@ -238,7 +245,8 @@ def compare_with_baseline(entries: Sequence[CaseEntry], failed_items: Sequence[t
 
 
 def matchups(entries: Sequence[CaseEntry]) -> dict[str, tuple[Matchup, ...]]:
-    """Per case and size: the best synthesized and the best hand-written verified entry."""
+    """Per case and size: the best synthesized and the best hand-written verified entry, each at its tuned
+    time where tuning beat its compiled variant (CaseEntry.best_us)."""
     cases: dict[str, list[CaseEntry]] = {}
     for entry in entries:
         if entry.passed:
@@ -250,15 +258,15 @@ def matchups(entries: Sequence[CaseEntry]) -> dict[str, tuple[Matchup, ...]]:
         for size in sizes:
             synth = _fastest([e for e in members if e.synthesized], size)
             hand = _fastest([e for e in members if not e.synthesized], size)
-            rows.append(Matchup(size, synth.name if synth else None, synth.times_us[size] if synth else None,
-                                hand.name if hand else None, hand.times_us[size] if hand else None))
+            rows.append(Matchup(size, synth.name if synth else None, synth.best_us(size) if synth else None,
+                                hand.name if hand else None, hand.best_us(size) if hand else None))
         out[case] = tuple(rows)
     return out
 
 
 def _fastest(entries: Sequence[CaseEntry], size: int) -> CaseEntry | None:
     having = [e for e in entries if size in e.times_us]
-    return min(having, key=lambda e: (e.times_us[size], e.name)) if having else None
+    return min(having, key=lambda e: (e.best_us(size), e.name)) if having else None
 
 
 def shape_checks(entries: Sequence[CaseEntry], expected: Sequence[tuple[str, str]] = EXPECTED_SHAPES,

@@ -11,7 +11,7 @@ lists every point it found (`points`, dominated ones included; `frontier` keeps 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -26,6 +26,26 @@ FEASIBLE = "feasible"
 
 
 @dataclass(frozen=True)
+class ModelSize:
+    """The size of a solver model (MILP/LP) a stage built: columns, rows, nonzeros, rows per family."""
+
+    columns: int
+    integer_columns: int
+    rows: int
+    nonzeros: int
+    # rows per constraint family, in the order they were added
+    families: tuple[tuple[str, int], ...] = ()
+
+    def __str__(self) -> str:
+        return (f"{self.columns} cols ({self.integer_columns} integer), {self.rows} rows, "
+                f"{self.nonzeros} nonzeros")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"columns": self.columns, "integer_columns": self.integer_columns, "rows": self.rows,
+                "nonzeros": self.nonzeros, "families": dict(self.families)}
+
+
+@dataclass(frozen=True)
 class StageReport:
     """One stage of a synthesis pipeline: what it ran for, what it found, and why it stopped or was skipped."""
 
@@ -34,12 +54,12 @@ class StageReport:
     outcome: str  # e.g. "improved 812.4 -> 790.1 us", "skipped: at the bound", "budget spent"
     objective: float | None = None  # the best objective after the stage (us for timed schedules)
     # solver stages (MILP): the solver's status (optimal | feasible | ... | skipped), its proven bound and
-    # relative gap, the solver, the model's size (encodings' ModelSize), the objective's unit
+    # relative gap, the solver, the size of the model it solved, the objective's unit
     status: str = ""
     bound: float | None = None
     gap: float | None = None
     solver: str = ""
-    size: Any = None
+    size: ModelSize | None = None
     note: str = ""
     unit: str = "us"
     budget_cut: bool = False  # the budget cut this stage short or skipped it
@@ -53,10 +73,8 @@ class StageReport:
                                 "status": self.status or self.outcome, "solver": self.solver,
                                 "objective": self.objective, "bound": self.bound, "unit": self.unit, "gap": self.gap,
                                 "note": self.note, "budget_cut": self.budget_cut}
-        if is_dataclass(self.size) and not isinstance(self.size, type):
-            model = asdict(self.size)
-            model["families"] = dict(model.get("families", ()))
-            data["model"] = model
+        if self.size is not None:
+            data["model"] = self.size.to_dict()
         return data
 
 

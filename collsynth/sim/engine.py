@@ -40,6 +40,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from collsynth.core.steps import LOCAL_TYPES
 from collsynth.ir import RECEIVING_TYPES, REDUCE, SENDING_TYPES, STEP_TYPES, Algo
@@ -51,9 +52,9 @@ from collsynth.topologies.model import Topology
 FIFO_SLOTS = 8
 
 
-@dataclass(frozen=True)
-class PlannedStep:
-    """One IR step with every lookup resolved to an index (size-independent)."""
+class PlannedStep(NamedTuple):
+    """One IR step with every lookup resolved to an index (size-independent). A NamedTuple: the event loop
+    reads its fields once per step and tile, and a large IR has millions of them."""
 
     cnt: int
     dep_tb: int = -1  # global threadblock index of the dependency, -1 for none
@@ -192,17 +193,12 @@ def plan(ir: Algo, topology: Topology) -> Plan:
                     sends[send_conn] += 1
                 if receiving:
                     receives[recv_conn] += 1
-                planned.append(PlannedStep(
-                    cnt=step.cnt, dep_tb=dep_tb, dep_step=dep_step,
-                    recv_conn=recv_conn if receiving else -1,
-                    send_conn=send_conn if sending else -1,
-                    link=link if sending else -1,
-                    switches=switch_ids if sending else (),
-                    alpha_us=alpha if sending else 0.0,
-                    beta_us_per_mb=beta if sending else 0.0,
-                    local=step.type in LOCAL_TYPES,
-                    reduces=step.type == REDUCE,
-                ))
+                if sending:
+                    planned.append(PlannedStep(step.cnt, dep_tb, dep_step, recv_conn if receiving else -1, send_conn,
+                                               link, switch_ids, alpha, beta, False, False))
+                else:
+                    planned.append(PlannedStep(step.cnt, dep_tb, dep_step, recv_conn if receiving else -1, -1, -1, (),
+                                               0.0, 0.0, step.type in LOCAL_TYPES, step.type == REDUCE))
             all_steps.append(tuple(planned))
             all_step_labels.append(tuple(step.s for step in tb.steps))
     conn_list = sorted(connections, key=connections.__getitem__)
@@ -240,7 +236,7 @@ def run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, loc
     sent = [0] * nconn
     slot_waiter = [-1] * nconn  # the sender waiting for a free slot on the connection
     slots = fifo_slots if fifo_slots is not None else -1
-    dep_waiters: dict[tuple[int, int], list[int]] = {}
+    dep_waiters: list[dict[int, list[int]]] = [{} for _ in range(ntbs)]  # per tb: its step -> tbs waiting
     link_free = [0.0] * plan_.num_links
     lanes = [[0.0] * b for b in plan_.switch_lanes]  # min-heaps of lane free times
     tile_end = [0.0] * ntiles
@@ -260,18 +256,16 @@ def run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, loc
             if p == total[g]:
                 break
             tile, s = divmod(p, n)
-            st = tb_steps[s]
+            _, dg, dstep, rc, sc, link, switches, _, _, local, _ = tb_steps[s]
             ready = free[g]
-            dg = st.dep_tb
             if dg >= 0:
-                di = tile * nsteps[dg] + st.dep_step
+                di = tile * nsteps[dg] + dstep
                 d = done[dg][di]
                 if d < 0.0:
-                    dep_waiters.setdefault((dg, di), []).append(g)
+                    dep_waiters[dg].setdefault(di, []).append(g)
                     break
                 if d > ready:
                     ready = d
-            rc = st.recv_conn
             if rc >= 0:
                 k = recv_next[rc]
                 arrived = arrivals[rc]
@@ -280,7 +274,6 @@ def run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, loc
                     break
                 if arrived[k] > ready:
                     ready = arrived[k]
-            sc = st.send_conn
             if sc >= 0 and slots >= 0 and sent[sc] >= slots:
                 freed = consumed[sc]
                 j = sent[sc] - slots  # this send takes the slot that receive j frees
@@ -295,18 +288,17 @@ def run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, loc
             finish = t
             if rc >= 0:
                 recv_next[rc] += 1
-            if st.local:
+            if local:
                 finish = t + local_dur[g][s]
             if sc >= 0:
                 sent[sc] += 1
-                link = st.link
                 start = link_free[link] if link_free[link] > t else t
-                for sw in st.switches:
+                for sw in switches:
                     if lanes[sw][0] > start:
                         start = lanes[sw][0]
                 finish = start + send_dur[g][s]
                 link_free[link] = finish
-                for sw in st.switches:
+                for sw in switches:
                     replace(lanes[sw], finish)
                 arrivals[sc].append(finish)
                 waiter = conn_waiter[sc]
@@ -320,10 +312,12 @@ def run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, loc
                     slot_waiter[rc] = -1
                     push(heap, (finish, next(seq), waiter))
             done[g][p] = finish
-            waiting = dep_waiters.pop((g, p), None)
-            if waiting:
-                for w in waiting:
-                    push(heap, (finish, next(seq), w))
+            waiters = dep_waiters[g]
+            if waiters:
+                waiting = waiters.pop(p, None)
+                if waiting:
+                    for w in waiting:
+                        push(heap, (finish, next(seq), w))
             free[g] = finish
             pc[g] = p + 1
             if s == n - 1 and finish > tile_end[tile]:

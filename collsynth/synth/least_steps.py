@@ -11,7 +11,7 @@ from collsynth.collectives import Collective
 from collsynth.core.enums import Status
 from collsynth.encodings.bounds import lower_bound_steps
 from collsynth.schedule import Attempt, SynthesisResult
-from collsynth.synth.instance import SynthesisError, synthesize_instance
+from collsynth.synth.instance import SynthesisError, rounds_lower_bound, synthesize_instance
 from collsynth.synth.size import check_encodable_size, encoding_fits
 from collsynth.topologies import Topology
 
@@ -26,10 +26,20 @@ def least_steps(topology: Topology, collective: Collective, *, rounds: int | Non
     of ranks). `time_limit` applies to every solver call; `deadline` (a `time.perf_counter()` value) ends the
     search as a whole. Status OPTIMAL when fewer steps are refuted and the rounds proven least for those
     steps, SAT when found otherwise, TIMEOUT when a time-out left a smaller S undecided (the algorithm
-    found, if any, then still comes back), UNSAT when no S up to `max_steps` has one."""
+    found, if any, then still comes back), UNSAT when no S up to `max_steps` has one. With `rounds`, a step
+    takes at least one round, so no S above `rounds` is tried; when a bound proves that no S works at all, the
+    UNSAT result comes back at once with the proof in `provenance["proof"]`."""
     start = time.perf_counter()
     low = lower_bound_steps(topology, collective)
     high = max_steps if max_steps is not None else low + topology.num_ranks
+    if rounds is not None:
+        proof = impossible_in_rounds(topology, collective, rounds, low)
+        if proof is not None:
+            account = {"chunks": collective.chunks, "steps": high, "max_rounds": rounds, "least_rounds": False,
+                       "proof": proof}
+            return SynthesisResult(Status.UNSAT, (), None, "rounds", SYNTHESIZER, time.perf_counter() - start,
+                                   account, steps_bound=low)
+        high = min(high, rounds)  # S steps take at least S rounds
     if high < low:
         raise SynthesisError(f"max_steps {high} is below the {low} steps that {collective.name} needs on "
                              f"{topology.name}; raise --max-steps")
@@ -53,3 +63,19 @@ def least_steps(topology: Topology, collective: Collective, *, rounds: int | Non
     account = {"chunks": collective.chunks, "steps": high, "max_rounds": rounds, "least_rounds": False}
     return SynthesisResult(Status.TIMEOUT if undecided else Status.UNSAT, (), None, "rounds", SYNTHESIZER,
                            time.perf_counter() - start, account, tried=tuple(attempts), steps_bound=low)
+
+
+def impossible_in_rounds(topology: Topology, collective: Collective, rounds: int, low_steps: int) -> str | None:
+    """Why no algorithm with at most `rounds` rounds exists in any number of steps (None when the bounds allow
+    one): every step takes >= 1 round, so rounds >= the step lower bound; and rounds >= C x the R/C bound."""
+    where = f"{collective.name} with {collective.chunks} chunk{'s' if collective.chunks != 1 else ''} on " \
+            f"{topology.name}"
+    if rounds < low_steps:
+        return (f"no algorithm exists: {where} needs at least {low_steps} steps and every step takes at least one "
+                f"round, so at most {rounds} rounds cannot do it in any number of steps; raise --rounds to >= "
+                f"{low_steps}")
+    need = rounds_lower_bound(topology, collective)
+    if rounds < need:
+        return (f"no algorithm exists: {where} needs at least {need} rounds (the bandwidth lower bound), so "
+                f"at most {rounds} rounds cannot do it in any number of steps; raise --rounds to >= {need}")
+    return None

@@ -7,10 +7,6 @@ import multiprocessing
 import signal
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from collsynth.synth.sweep import ChunkFindings, ChunkTask
 
 
 def worker_init() -> None:
@@ -34,9 +30,3 @@ def stop_pool(pool: ProcessPoolExecutor) -> None:
     for process in processes:
         process.join(timeout=5)
 
-
-def explore_chunks_task(task: ChunkTask) -> ChunkFindings:
-    """`sweep.explore_chunks` in a worker (Ctrl-C is the parent's to handle)."""
-    from collsynth.synth.sweep import explore_chunks
-
-    return explore_chunks(task, interruptible=False)

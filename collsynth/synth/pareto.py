@@ -23,16 +23,15 @@ caps known at its start (it may find extra, dominated points; the frontier is th
 from __future__ import annotations
 
 import time
-from fractions import Fraction
-from typing import Any
 
 import z3
 
 from collsynth.collectives import Collective
-from collsynth.core.enums import Status
 from collsynth.encodings.bounds import lower_bound_steps
-from collsynth.schedule import Attempt, FrontierPoint, SynthesisResult, pareto_optimal
+from collsynth.schedule import SynthesisResult, pareto_optimal
 from collsynth.synth.instance import SynthesisError
+from collsynth.synth.pareto_allreduce import allreduce_frontier
+from collsynth.synth.pareto_result import SYNTHESIZER, SweepInterrupted, frontier_result, sweep_document
 from collsynth.synth.problem import COMPOSED, strategy, unit
 from collsynth.synth.size import check_encodable_size, rounds_per_chunk_bound
 from collsynth.synth.sweep import (
@@ -48,53 +47,8 @@ from collsynth.synth.sweep import (
 from collsynth.topologies import Topology
 from collsynth.topologies.symmetry import reversed_topology, same_links
 
-SYNTHESIZER = "sccl-pareto"
-
 __all__ = ["BOUND_MET", "GAVE_UP", "INTERRUPTED", "MAX_CHUNKS", "SYNTHESIZER", "TIME_LIMIT", "EventHandler",
            "SweepInterrupted", "frontier_result", "pareto_frontier", "pareto_optimal", "sweep_document"]
-
-
-class SweepInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a sweep; `result` holds every point finished before it."""
-
-    def __init__(self, result: SynthesisResult) -> None:
-        super().__init__("sweep interrupted")
-        self.result = result
-
-
-def frontier_result(topology: Topology, base: Collective, bounds: tuple[int, Fraction],
-                    points: tuple[FrontierPoint, ...], tried: tuple[Attempt, ...], stopped: str,
-                    seconds: float) -> SynthesisResult:
-    """The SynthesisResult of a sweep: the frontier's algorithms (by steps), every point, every solver call.
-    Status: INTERRUPTED (Ctrl-C), TIMEOUT (the sweep's time limit ended it), SAT (points found), else
-    TIMEOUT or UNSAT as the solver calls ended."""
-    steps_lb, ratio_lb = bounds
-    frontier = pareto_optimal(points)
-    if stopped == INTERRUPTED:
-        status = Status.INTERRUPTED
-    elif stopped == TIME_LIMIT:
-        status = Status.TIMEOUT
-    elif points:
-        status = Status.SAT
-    else:
-        status = Status.TIMEOUT if any(a.result == Status.TIMEOUT for a in tried) else Status.UNSAT
-    algorithms = tuple(p.algorithm for p in frontier if p.algorithm is not None)
-    return SynthesisResult(status, algorithms, ratio_lb, "rounds/chunk", SYNTHESIZER, seconds, {}, tried=tried,
-                           points=points, steps_bound=steps_lb, stopped=stopped, topology=topology, collective=base)
-
-
-def sweep_document(result: SynthesisResult) -> dict[str, Any]:
-    """The `collsynth synth pareto --json` document of a sweep's result."""
-    assert result.topology is not None and result.collective is not None
-    return {
-        "topology": result.topology.name,
-        "collective": result.collective.name,
-        "lower_bounds": {"steps": result.steps_bound, "rounds_per_chunk": str(result.bound)},
-        "frontier": [p.to_dict() for p in result.frontier],
-        "tried": [a.to_dict() for a in result.tried],
-        "stopped": result.stopped,
-        "seconds": round(result.seconds, 3),
-    }
 
 
 def pareto_frontier(topology: Topology, collective: Collective, *, max_chunks: int = 8,
@@ -124,8 +78,6 @@ def pareto_frontier(topology: Topology, collective: Collective, *, max_chunks: i
     # one z3 context for the run's solvers, as one process had before: the same answers as then
     limits = SweepLimits(max_chunks, time_limit, jobs, max_steps, deadline, z3.Context())
     if composed:
-        from collsynth.synth.pareto_allreduce import allreduce_frontier
-
         return allreduce_frontier(topology, base, (steps_lb, ratio_lb), limits, notify, start)
     sweep = Sweep(topology, base, limits, notify, bounds=(steps_lb, ratio_lb))
     try:

@@ -23,7 +23,7 @@ from collsynth.schedule import (
     reversed_into_reduction,
     scaled,
 )
-from collsynth.synth.pareto import SweepInterrupted, frontier_result
+from collsynth.synth.pareto_result import SweepInterrupted, frontier_result
 from collsynth.synth.problem import algorithm_name, allreduce_parts, solver_provenance
 from collsynth.synth.size import encoding_fits
 from collsynth.synth.sweep import (

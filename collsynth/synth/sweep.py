@@ -20,7 +20,7 @@ from collsynth.encodings.bounds import lower_bound_steps
 from collsynth.encodings.sccl_z3 import InstanceOutcome, Schedule
 from collsynth.schedule import FEASIBLE, OPTIMAL, Attempt, FrontierPoint
 from collsynth.synth.instance import least_rounds
-from collsynth.synth.parallel import explore_chunks_task, make_pool, stop_pool
+from collsynth.synth.parallel import make_pool, stop_pool
 from collsynth.synth.portfolio import InstanceSolver
 from collsynth.synth.problem import algorithm_name, encodable, schedule_to_algorithm, solver_provenance
 from collsynth.synth.sccl_greedy import greedy_schedule
@@ -126,6 +126,11 @@ def explore_chunks(task: ChunkTask, *, interruptible: bool = True, on_attempt: C
         if ratio <= task.ratio_lb:
             break
     return ChunkFindings(tuple(attempts), tuple(points))
+
+
+def explore_chunks_task(task: ChunkTask) -> ChunkFindings:
+    """`explore_chunks` in a worker process (spawn-safe, top level; Ctrl-C is the parent's to handle)."""
+    return explore_chunks(task, interruptible=False)
 
 
 def _explore_steps(task: ChunkTask, steps: int, upper: int | None, left: float | None, interruptible: bool,

@@ -6,12 +6,12 @@ hub-and-spoke model: a link between every pair of GPUs, plus one `Switch` budget
 (its port into the switch fabric carries one chunk per round, whichever peer it goes to).
 
 Alpha-beta figures per link class (`LinkClass` below, documented in docs/formats.md):
-- V100 NVLink2 and InfiniBand EDR are TACCL's measured NDv2 profile (0.7 us / 46 us per MB per NVLink;
-  2.6 us / 105 us per MB per EDR NIC); DGX-2's NVSwitch port is TACCL's DGX2 profile (8 us per MB).
-- Newer classes scale the peak bandwidth from the vendor's data sheet by the same measured/peak ratio
-  (NVLink2: 25 GB/s peak -> 40 us/MB peak vs 46 measured; EDR: 12.5 GB/s -> 80 vs 105), so that
-  every class is "achievable", not "peak". Alphas of the newer classes are assumptions (slightly lower
-  per generation); the ratios between classes matter more than their absolute values.
+- Betas are us per MiB (2^20 B), as the simulator applies them. V100 NVLink2 and InfiniBand EDR are TACCL's
+  measured NDv2 profile (0.7 us / 46 us per MiB per NVLink; 2.6 / 105 per EDR NIC); DGX-2's NVSwitch port is
+  TACCL's DGX2 profile (8 us per MiB).
+- Newer classes scale the vendor's peak (GB/s = 10^9 B/s) by the achieved/peak ratio of the measured class of
+  their kind, taken per MiB (NVLink2: 25 GB/s is 41.94 us/MiB vs 46 measured), so a derived beta is the measured
+  one times peak_measured / peak_new whatever the byte unit. Alphas of the newer classes are assumptions.
 
 Multi-node composition `NxNAME`: N copies of a node topology; every GPU gets an `ib` link to every GPU
 of the other nodes (the network is a non-blocking fabric), but a GPU goes off-node only through its
@@ -32,16 +32,20 @@ from collsynth.core.caps import LINKS
 from collsynth.topologies.cluster import fattree
 from collsynth.topologies.model import Link, Switch, Topology, TopologyError, links_from_matrix
 
-# --- link classes --------------------------------------------------------------------------------
 
-# Achievable / peak bandwidth, from TACCL's measured NDv2 profile (see the module docstring).
-NVLINK_EFFICIENCY = 40.0 / 46.0
-IB_EFFICIENCY = 80.0 / 105.0
+# --- link classes --------------------------------------------------------------------------------
+def peak_beta_us_per_mib(peak_gb_per_s: float) -> float:
+    """Microseconds per MiB at the peak bandwidth `peak_gb_per_s` (vendor GB/s: 10^3 bytes per us)."""
+    return 1048.576 / peak_gb_per_s
+
+# Achieved / peak bandwidth of TACCL's measured NDv2 links (see the module docstring), both per MiB.
+NVLINK_EFFICIENCY = peak_beta_us_per_mib(25.0) / 46.0
+IB_EFFICIENCY = peak_beta_us_per_mib(12.5) / 105.0
 
 
 def _beta_us_per_mb(peak_gb_per_s: float, efficiency: float) -> float:
-    """Microseconds per MB (10^6 bytes) at `efficiency` times the peak bandwidth."""
-    return 1000.0 / (peak_gb_per_s * efficiency)
+    """Microseconds per MiB (2^20 bytes; the `beta_us_per_mb` unit) at `efficiency` times the peak bandwidth."""
+    return peak_beta_us_per_mib(peak_gb_per_s) / efficiency
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 from collsynth.compiler import compile_program
 from collsynth.core.errors import CollsynthError
@@ -19,7 +20,7 @@ from collsynth.topologies import Topology
 from collsynth.tune.space import Candidate, Config, TuneError
 
 BACKENDS = ("sim", "cuda")
-_Build = tuple[str, int, str, bool, bool, bool]  # (algorithm, instances, merge, fusion, pair tbs, timed order)
+_Build = tuple[str, int, str, bool, bool, bool, bool]  # algorithm, instances, merge, fusion, pairing, timed order/merge
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ class Evaluator:
 
     def _build(self, config: Config) -> Algo | str:
         key = (config.algorithm, config.instances, config.merge, config.fusion, config.pair_threadblocks,
-               config.timed_order)
+               config.timed_order, config.timed_merge)
         if key not in self._irs:
             candidate = self.candidates[config.algorithm]
             try:
@@ -88,9 +89,10 @@ class Evaluator:
                 else:
                     assert candidate.program is not None
                     program = candidate.program
+                options: dict[str, Any] = {"aggregate_either_end": True} if config.timed_merge else {}
                 self._irs[key] = compile_program(program, instances=config.instances, instr_fusion=config.fusion,
                                                  pair_threadblocks=config.pair_threadblocks,
-                                                 timed_order=config.timed_order)
+                                                 timed_order=config.timed_order, **options)
             except CollsynthError as exc:
                 self._irs[key] = str(exc)
         return self._irs[key]

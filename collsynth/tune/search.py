@@ -177,11 +177,11 @@ class TuneRun:
 
 
 def tune_sizes(evaluator: Evaluator, collective: str, sizes: Sequence[int], grid: Grid | None = None, *,
-               on_size: Callable[[SizeResult], None] | None = None, descents: int | None = None) -> TuneRun:
-    """Tune every size in turn (each warm-started from the previous best). Ctrl-C returns the sizes
-    finished so far with `interrupted=True`."""
+               on_size: Callable[[SizeResult], None] | None = None, descents: int | None = None,
+               warm: Config | None = None) -> TuneRun:
+    """Tune every size in turn (each warm-started from the previous best; the first from `warm` when given).
+    Ctrl-C returns the sizes finished so far with `interrupted=True`."""
     results: list[SizeResult] = []
-    warm: Config | None = None
     interrupted = False
     try:
         for size in sizes:

@@ -56,11 +56,12 @@ class Config:
     fusion: bool = True  # instr_fusion: r+s -> rcs, rrc+s -> rrcs
     pair_threadblocks: bool = True  # a plain send/receive may share another connection's threadblock
     timed_order: bool = False  # timed (MILP) schedules: a rank's sends through one port in the schedule's order
+    timed_merge: bool = False  # timed (MILP) schedules: a link's message runs also grow downwards (fewer alphas)
 
     def label(self) -> str:
         return (f"{self.algorithm} {self.protocol} x{self.instances} {self.merge}"
                 f"{'' if self.fusion else ' nofuse'}{'' if self.pair_threadblocks else ' tb/conn'}"
-                f"{' timed' if self.timed_order else ''}")
+                f"{' timed' if self.timed_order else ''}{' timed-merge' if self.timed_merge else ''}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -68,14 +69,17 @@ class Config:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Config:
         return cls(str(data["algorithm"]), str(data["protocol"]), int(data["instances"]), str(data["merge"]),
-                   bool(data["fusion"]), bool(data["pair_threadblocks"]), bool(data.get("timed_order", False)))
+                   bool(data["fusion"]), bool(data["pair_threadblocks"]), bool(data.get("timed_order", False)),
+                   bool(data.get("timed_merge", False)))
 
 
 # The resource axes, in descent order; ORDERED axes are line-searched from the current value outwards.
-# Fusion and threadblocks per connection are one joint axis: together they decide which transfers share a
-# threadblock (a fused relay pins its receive and send to one), so one without the other rarely pays.
-RESOURCE_AXES: tuple[tuple[str, ...], ...] = (("instances",), ("fusion", "pair_threadblocks"), ("timed_order",),
-                                              ("merge",))
+# Message merging, fusion and threadblocks per connection are one joint axis (8 values): together they decide
+# how a step's transfers become messages and which share a threadblock (a fused relay pins its receive and
+# send to one), and one without the others can trap the descent (DGX-1 ReduceScatter at 1MB: from staged,
+# fused, tb/conn neither axis alone reaches contiguous, unfused, tb/conn, 3% faster).
+RESOURCE_AXES: tuple[tuple[str, ...], ...] = (("instances",), ("merge", "fusion", "pair_threadblocks"),
+                                              ("timed_order",), ("timed_merge",))
 ORDERED_AXES = frozenset({("instances",)})
 
 
@@ -89,6 +93,7 @@ class Grid:
     fusion: tuple[bool, ...] = (True, False)
     pair_threadblocks: tuple[bool, ...] = (True, False)
     timed_order: tuple[bool, ...] = (False, True)  # applies to timed (MILP) schedules only
+    timed_merge: tuple[bool, ...] = (False, True)  # applies to timed (MILP) schedules only
 
     def __post_init__(self) -> None:
         if not self.protocols or any(p not in PROTOCOLS for p in self.protocols):
@@ -98,13 +103,13 @@ class Grid:
             raise TuneError(f"instances must be increasing integers >= 1, got {self.instances}")
         if not self.merge or any(m not in MERGE_MODES for m in self.merge):
             raise TuneError(f"merge modes must be some of {', '.join(MERGE_MODES)}, got {self.merge}")
-        if not self.fusion or not self.pair_threadblocks or not self.timed_order:
+        if not self.fusion or not self.pair_threadblocks or not self.timed_order or not self.timed_merge:
             raise TuneError("every axis needs at least one value")
 
     def values(self, axis: str, candidate: Candidate) -> tuple[Any, ...]:
         if axis == "merge" and not candidate.lowered:
             return ("contiguous",)  # a library program is already a program: nothing to merge
-        if axis == "timed_order" and candidate.source != MILP:
+        if axis in ("timed_order", "timed_merge") and candidate.source != MILP:
             return (False,)  # nothing timed to keep
         return tuple(getattr(self, axis))
 
@@ -115,10 +120,11 @@ class Grid:
     def start(self, candidate: Candidate, protocol: str) -> Config:
         """Where the descent starts: the first value of every axis (the compiler's defaults first)."""
         return Config(candidate.name, protocol, self.instances[0], self.values("merge", candidate)[0],
-                      self.fusion[0], self.pair_threadblocks[0], self.values("timed_order", candidate)[0])
+                      self.fusion[0], self.pair_threadblocks[0], self.values("timed_order", candidate)[0],
+                      self.values("timed_merge", candidate)[0])
 
     def every(self, candidate: Candidate) -> list[Config]:
         """Every configuration of `candidate` in the grid (the exhaustive search)."""
-        return [Config(candidate.name, p, k, m, f, t, o) for p in self.protocols for k in self.instances
+        return [Config(candidate.name, p, k, m, f, t, o, g) for p in self.protocols for k in self.instances
                 for m in self.values("merge", candidate) for f in self.fusion for t in self.pair_threadblocks
-                for o in self.values("timed_order", candidate)]
+                for o in self.values("timed_order", candidate) for g in self.values("timed_merge", candidate)]

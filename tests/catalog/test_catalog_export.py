@@ -144,11 +144,12 @@ def test_export_directory(export_db: Path, tmp_path: Path) -> None:
 def test_range_boundaries_sit_at_the_simulated_crossover(export_db: Path) -> None:
     """At each boundary the next range's winner is strictly faster, one size step below it is not (checked
     by simulating both XMLs again), and every grid size is served by its fastest candidate."""
+    from collsynth.catalog.export import _candidate_ir
     from collsynth.sim import simulate
 
     with Catalog(export_db) as catalog:
         groups = plan_export(catalog)
-        irs = {e.id: read_xml(catalog.xml_text(e)) for g in groups for e in g.candidates}
+        irs = {key: _candidate_ir(catalog, key, g.candidates) for g in groups for key in g.points}
     boundaries = 0
     for group in groups:
         granule = size_granule(group.collective, group.topology.num_ranks, 4)
@@ -164,7 +165,7 @@ def test_range_boundaries_sit_at_the_simulated_crossover(export_db: Path) -> Non
                 assert time(right.winner, x - granule) >= time(left.winner, x - granule)
             boundaries += 1
         for w in group.winners:
-            fastest = min(p.time_us for e in group.candidates for p in group.points[e.id]
+            fastest = min(p.time_us for points in group.points.values() for p in points
                           if p.size_bytes == w.size_bytes)
             assert w.time_us == fastest
     assert boundaries >= 1, "the fixture should have at least one crossover to check"

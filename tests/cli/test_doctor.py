@@ -78,7 +78,30 @@ def test_spellings_and_legacy_rules(cli_runner, tmp_path: Path) -> None:
     text = text.replace('maxBytes="9223372036854775807"', 'maxBytes="0"')
     (tmp_path / "rs.xml").write_text(text)
     empty = doctor(cli_runner, tmp_path / "rs.xml", "--target", "msccl-legacy")
-    assert empty.exit_code == 1 and 'maxBytes="0" with minBytes > 0' in empty.output
+    # microsoft/msccl topo.cc: minBytes > maxBytes is refused, so maxBytes="0" with minBytes > 0 is
+    assert empty.exit_code == 1 and "MSCCL: minBytes cannot be greater than maxBytes." in empty.output
+
+
+def test_absent_size_attributes(cli_runner, tmp_path: Path) -> None:
+    """Legacy defaults an absent maxBytes to 128 MB (topo.cc); the executor and RCCL read it without a default."""
+    ir = compile_program(LIBRARY["ring_allreduce"].builder(fully_connected(8)))
+    text = ir_to_xml(ir, "msccl-legacy").replace(' maxBytes="9223372036854775807"', "")
+    (tmp_path / "ar.xml").write_text(text)
+    legacy = doctor(cli_runner, tmp_path / "ar.xml", "--target", "msccl-legacy")
+    assert legacy.exit_code == 0 and "bytes=[0, 134217728]" in legacy.output
+    assert "from      128MB: none" in legacy.output  # size < maxBytes: 128 MB itself falls back
+    (tmp_path / "ar.xml").write_text(ir_to_xml(ir, "rccl").replace(' maxBytes="0"', ""))
+    rccl = doctor(cli_runner, tmp_path / "ar.xml", "--target", "rccl")
+    assert rccl.exit_code == 1 and "lacks the required attribute maxBytes" in rccl.output
+
+
+def test_legacy_refuses_chunks_inconsistent_with_nchunksperloop(cli_runner, tmp_path: Path) -> None:
+    ir = compile_program(LIBRARY["ring_allgather"].builder(fully_connected(8)))
+    (tmp_path / "ag.xml").write_text(ir_to_xml(ir, "msccl-legacy"))
+    assert doctor(cli_runner, tmp_path / "ag.xml", "--target", "msccl-legacy").exit_code == 0
+    (tmp_path / "ag.xml").write_text(ir_to_xml(replace(ir, nchunksperloop=ir.nchunksperloop * 2), "msccl-legacy"))
+    bad = doctor(cli_runner, tmp_path / "ag.xml", "--target", "msccl-legacy")
+    assert bad.exit_code == 1 and "Inconsistency between i_chunks/o_chunks (1/8) and nchunksperloop (16)" in bad.output
 
 
 def test_shadowed_file_is_never_selected_and_sizes_are_explained(cli_runner, tmp_path: Path) -> None:

@@ -40,3 +40,26 @@ def test_nothing_to_chain_returns_the_same_dag():
     dag = trace_to_dag(lower_to_program(algorithm))
     once = order_port_sends(dag, algorithm.topology)
     assert order_port_sends(once, algorithm.topology) is once
+
+
+def test_timed_schedule_message_runs_grow_only_upwards_unless_asked():
+    """Two chunks on one link timed high slot first: a timed schedule keeps them two messages (the first is
+    not held back for the second), unless the compile asks for runs that grow at either end (one message)."""
+    topo = Topology("pair", 2, links_from_matrix([[0, 1], [1, 0]]))
+    coll = make_collective("allgather", 2, 2)  # chunk c of rank r: index 2r + c
+    sends = (Send(1, 0, 1, start_us=0.0), Send(0, 0, 1, start_us=5.0), Send(2, 1, 0, start_us=0.0),
+             Send(3, 1, 0, start_us=5.0))
+    algorithm = Algorithm("timed-pair", topo, coll, (Step(2, sends),))
+    verify(algorithm)
+    program = lower_to_program(algorithm)
+    assert program.options.aggregate_either_end is False
+
+    def sends_of(ir, rank):
+        return [s for tb in ir.gpus[rank].tbs for s in tb.steps if s.type in SENDING_TYPES]
+
+    upwards = compile_program(program)
+    either = compile_program(program, aggregate_either_end=True)
+    assert [s.cnt for s in sends_of(upwards, 0)] == [1, 1]  # slot 1 queued first: no upward run
+    assert [s.cnt for s in sends_of(either, 0)] == [2]
+    assert [s.cnt for s in sends_of(upwards, 1)] == [2]  # slots 2, 3 in order: one message either way
+    assert execute(upwards, "cpu").passed and execute(either, "cpu").passed

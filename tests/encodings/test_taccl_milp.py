@@ -1,6 +1,7 @@
 """The MILP encodings: solver layer, routing model, ordering heuristic, scheduling model."""
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -9,7 +10,7 @@ from hypothesis import strategies as st
 
 from collsynth.collectives import make_collective
 from collsynth.encodings.milp_instance import build_instance
-from collsynth.encodings.milp_model import Lin, MilpModel
+from collsynth.encodings.milp_model import Lin, MilpModel, at_least, at_most, between, equal
 from collsynth.encodings.milp_ordering import (
     Orders,
     ScheduleError,
@@ -281,3 +282,22 @@ def test_rows_written_as_expressions_are_the_rows_they_read_as():
     assert model.violation(np.array([1.0, 0.5, 2.5])) > 1e-6  # x + 2y = 2 > 1.5
     assert model.violation(np.array([1.0, 0.25, 2.5])) <= 1e-9
     assert (Lin.total([x, x, y]) - Lin.of(y) * 2.0).terms == {x: 2.0, y: -1.0}
+
+
+def test_two_sided_rows_and_renamed_expressions_read_as_their_bounds():
+    # 1 <= x + y <= 1.5 with x = y (an equal row over keys renamed to columns), maximise x: x = y = 0.75
+    model = MilpModel("rows")
+    x, y = model.add_columns(2, lb=0.0, ub=10.0)
+    model.set_cost(x, -1.0)
+    assert model.add("pick", between(1.0, Lin.total([x, y]), 1.5)) == 0
+    column = {"x": x, "y": y}
+    same = equal(Lin.of("x"), Lin.of("y")).renamed(column.__getitem__)
+    assert same.terms == {x: 1.0, y: -1.0} and (same.lo, same.hi) == (0.0, 0.0)
+    assert model.add("same", same) == 1
+    result = model.solve("highs")
+    assert result.status == "optimal" and result.objective == pytest.approx(-0.75)
+    assert model.violation(np.array([0.4, 0.4])) > 1e-6  # 0.8 < 1
+    # terms that meet under a renaming are summed; a constant moves to the bounds
+    merged = at_most(Lin.of("a", 2.0) + Lin.of("b", 3.0) + 4.0, 10.0).renamed(lambda key: 0)
+    assert merged.terms == {0: 5.0} and merged.hi == 6.0 and merged.lo == -math.inf
+    assert at_least(Lin.weighted([(x, 1.0), (y, 2.0), (x, 0.5)]), Lin.of(y)).terms == {x: 1.5, y: 1.0}

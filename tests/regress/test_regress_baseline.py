@@ -101,6 +101,20 @@ def test_matchups_pick_best_of_each_side() -> None:
     assert rows[0].speedup == pytest.approx(2.0)
 
 
+def test_matchups_use_tuned_times_where_tuning_won() -> None:
+    """A tuned time replaces the variant's where it is faster (out-of-place entries only); slower tuned times
+    are ignored."""
+    from dataclasses import replace
+
+    ring = replace(entry("ring", {1: 10.0, 2: 12.0}), tuned_us={1: 9.0, 2: 13.0})
+    smt = replace(entry("smt-a", {1: 11.0, 2: 20.0}, source="pareto"), tuned_us={1: 6.0, 2: 11.5})
+    rows = matchups([ring, smt])["dgx1/allgather"]
+    assert [(r.synthesized_us, r.handwritten_us, r.winner) for r in rows] == [
+        (6.0, 9.0, "synthesized"), (11.5, 12.0, "synthesized")]
+    inplace = replace(smt, variant=CompileVariant(inplace=True))
+    assert [r.winner for r in matchups([ring, inplace])["dgx1/allgather"]] == ["hand-written", "hand-written"]
+
+
 def test_shape_check_latency_and_bandwidth_points() -> None:
     ring = entry("ring_allgather", {1024: 10.0, 1 << 30: 1000.0})
     latency = entry("smt-c1s2r2", {1024: 5.0, 1 << 30: 2000.0}, source="pareto", shape=(1, 2, 2))

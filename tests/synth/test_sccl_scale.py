@@ -50,15 +50,30 @@ def test_a_time_limit_keeps_the_points_found_before_it():
         verify(point.algorithm)
 
 
-def test_least_steps_stops_at_its_deadline_on_an_impossible_instance():
-    # one round cannot carry an AllToAll on dgx1 in any number of steps: without a deadline every S up to
-    # max_steps would be refuted one by one
+def test_least_steps_stops_at_its_deadline():
+    # with the deadline already past, no solver call is made and nothing is claimed
     import time
 
-    result = least_steps(dgx1(), make_collective("alltoall", 8), rounds=1, time_limit=60, max_steps=40,
+    result = least_steps(dgx1(), make_collective("alltoall", 8), rounds=4, time_limit=60, max_steps=40,
                          deadline=time.perf_counter())
     assert result.status == Status.TIMEOUT and not result.found
-    assert least_steps(ring(4), make_collective("allgather", 4), rounds=1, max_steps=3).status == Status.UNSAT
+
+
+@pytest.mark.parametrize(("topology", "chunks", "rounds", "why"), [
+    (ring(4), 1, 1, "needs at least 2 steps"),  # the step bound: every step takes a round
+    (ring(16), 1, 2, "needs at least 8 steps"),
+    (dgx1(), 4, 4, "needs at least 5 rounds"),  # the bandwidth bound: R/C >= 7/6 on dgx1 AllGather
+])
+def test_least_steps_proves_an_impossible_round_limit_at_once(topology, chunks, rounds, why):
+    # issue 16: `least-steps -r R --max-steps 200` refuted every S up to 200 one solver call at a time
+    result = least_steps(topology, make_collective("allgather", topology.num_ranks, chunks), rounds=rounds,
+                         time_limit=60, max_steps=200)
+    assert result.status == Status.UNSAT and not result.tried and why in result.provenance["proof"]
+
+
+def test_least_steps_tries_no_more_steps_than_rounds():
+    result = least_steps(ring(4), make_collective("allgather", 4), rounds=3, max_steps=200)
+    assert result.found and max(a.steps for a in result.tried) <= 3
 
 
 @pytest.mark.parametrize(("topology", "collective"), [

@@ -1,5 +1,6 @@
 """Topology symmetry: automorphisms that carry a collective to itself, orbits, reversal."""
 
+import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -9,6 +10,7 @@ from collsynth.topologies.symmetry import (
     instance_symmetries,
     is_automorphism,
     is_single_cycle,
+    joined_classes,
     orbits,
     reversed_topology,
     same_links,
@@ -40,6 +42,29 @@ def test_orbits_of_a_rotation_are_residues(n, step):
     rep = orbits(range(n), [lambda x: (x + step) % n])
     period = gcd(step, n) if step else n
     assert rep == {x: x % period for x in range(n)}
+
+
+@given(st.data())
+def test_orbits_are_the_closures_under_the_moves(data):
+    # brute force: grow each item's orbit by applying every move until nothing new appears
+    n = data.draw(st.integers(0, 30))
+    perms = data.draw(st.lists(st.permutations(range(n)), max_size=3))
+    names = data.draw(st.permutations([f"k{i:02d}" for i in range(n)]))  # items that are not indices, unsorted
+    moves = [lambda x, p=p: names[p[names.index(x)]] for p in perms]
+    rep = orbits(names, moves)
+    for x in names:
+        orbit, frontier = {x}, [x]
+        while frontier:
+            frontier = [m(y) for y in frontier for m in moves if m(y) not in orbit]
+            orbit.update(frontier)
+        assert rep[x] == min(orbit)
+
+
+def test_joined_classes_links_chains_to_their_lowest_index():
+    # a chain 5-4-3-2-1-0 given as one image array, and an index joined only through another's image
+    image = np.array([0, 0, 1, 2, 3, 4, 6])
+    assert joined_classes(7, [image]).tolist() == [0, 0, 0, 0, 0, 0, 6]
+    assert joined_classes(0, [np.array([], dtype=np.int64)]).tolist() == []
 
 
 def test_rotation_is_a_single_cycle():

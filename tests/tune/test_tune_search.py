@@ -141,3 +141,24 @@ def test_descending_from_the_best_start_only_spends_fewer_evaluations():
     assert pruned.timing.time_us >= full.timing.time_us
     starts = len(cands) * len(SMALL.protocols)
     assert pruned.evaluations >= starts  # every (candidate, protocol) start is still timed
+
+
+class _CoupledWalk:
+    """Merging, fusion and threadblock pairing matter together: from (stage, fused, tb/conn) neither changing
+    merge alone nor fusion/pairing alone helps, changing all three does."""
+
+    TIMES = {("stage", True, False): 9.0, ("contiguous", True, False): 10.0, ("stage", False, False): 9.5,
+             ("contiguous", False, False): 8.0}
+
+    def time(self, config):
+        return self.TIMES.get((config.merge, config.fusion, config.pair_threadblocks), 20.0)
+
+
+def test_descent_changes_merging_fusion_and_pairing_together():
+    from collsynth.tune.search import descend
+
+    candidate = algorithm_candidate(ring_allgather(4), ring(4), "allgather")
+    grid = Grid(protocols=("Simple",), instances=(1,))
+    start = Config(candidate.name, "Simple", 1, "stage", True, False)
+    best, t = descend(_CoupledWalk(), grid, candidate, start)
+    assert (best.merge, best.fusion, best.pair_threadblocks, t) == ("contiguous", False, False, 8.0)

@@ -149,7 +149,7 @@ def prepare(ir: Algo, nbytes: int | None = None, dtype: str = "float32", seed: i
     float32/float16/int32 only), "emulator" (the kernel's numpy model), "auto" (the CPU interpreter
     where it can, else the emulator), or "postcondition" (no reference run: the CUDA outputs are checked
     against the collective's postcondition only; for large benchmark sizes, sum only)."""
-    validate(ir)
+    validate(ir, max_steps_per_tb=None)
     etype = element_type(dtype)
     op = reduction_op(op)
     if reference not in ("auto", "cpu", "emulator", "postcondition"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
@@ -26,6 +26,20 @@ from collsynth.encodings.milp_ordering import (
 # by more (MilpParameters.tie_us defaults to it)
 TIE_US = 1e-9
 RULES = ("longest-remaining", "earliest-start", "longest-remaining-far", "earliest-start-far")
+
+Stop = Callable[[], bool]  # asked between the steps of a long search: True = stop now and keep what you have
+
+
+def never() -> bool:
+    """The `Stop` of a search without a budget."""
+    return False
+
+
+def past_deadline(deadline: float | None) -> Stop:
+    """The `Stop` of a search that must end at `deadline` (a time.perf_counter() value; None: never)."""
+    if deadline is None:
+        return never
+    return lambda: time.perf_counter() >= deadline
 
 
 class _ListScheduler:
@@ -137,9 +151,10 @@ def best_list_schedule(problem: ScheduleProblem, rules: tuple[str, ...] = RULES)
     return best
 
 
-def greedy_joins(problem: ScheduleProblem, orders: Orders) -> tuple[Orders, Timing]:
+def greedy_joins(problem: ScheduleProblem, orders: Orders, *, stop: Stop = never) -> tuple[Orders, Timing]:
     """Join consecutive inter-node transfers one pair at a time (in link order) whenever the makespan
-    does not grow; groups stay within max_together."""
+    does not grow; groups stay within max_together. When `stop()` says so it keeps the joins made so far
+    (each one evaluated: the result is a valid schedule)."""
     best = evaluate(problem, orders)
     joins = set(orders.joins)
     group_size: dict[int, int] = {}
@@ -151,6 +166,8 @@ def greedy_joins(problem: ScheduleProblem, orders: Orders) -> tuple[Orders, Timi
     for prev, nxt in join_candidates(problem, orders):
         if nxt in joins or group_size.get(prev, 1) + 1 > problem.max_together:
             continue
+        if stop():
+            break
         trial = replace(orders, joins=frozenset(joins | {nxt}))
         try:
             timing = evaluate(problem, trial)
@@ -211,11 +228,11 @@ def _compositions(n: int, most: int) -> Iterator[tuple[int, ...]]:
 
 
 def pattern_trials(problem: ScheduleProblem, orders: Orders, *, longest: int = 10,
-                   deadline: float | None = None) -> Iterator[tuple[tuple[int, ...], Orders]]:
+                   stop: Stop = never) -> Iterator[tuple[tuple[int, ...], Orders]]:
     """Every way of cutting the inter-node links' sequences into groups (the same group sizes on every
     link with as many transfers, as symmetric links have), for sequences of at most `longest`, as
     (group sizes, orders with those joins) in a fixed order; only cuts whose joined pairs are
-    consecutive on every budget of their link and independent. Stops at `deadline` (perf_counter)."""
+    consecutive on every budget of their link and independent. Ends when `stop()` says so."""
     if problem.max_together < 2:
         return
     by_length: dict[int, list[Arc]] = {}
@@ -226,7 +243,7 @@ def pattern_trials(problem: ScheduleProblem, orders: Orders, *, longest: int = 1
     position = [{t: i for i, t in enumerate(seq)} for seq in orders.resources]
     for n, arcs in sorted(by_length.items()):
         for sizes in _compositions(n, problem.max_together):
-            if deadline is not None and time.perf_counter() >= deadline:
+            if stop():
                 return
             joins = set(orders.joins) - {t for a in arcs for t in orders.links[a]}
             for a in arcs:
@@ -244,13 +261,13 @@ def pattern_trials(problem: ScheduleProblem, orders: Orders, *, longest: int = 1
 
 
 def pattern_joins(problem: ScheduleProblem, orders: Orders, *, longest: int = 10, keep: int = 4,
-                  rules: tuple[str, ...] = RULES, deadline: float | None = None) -> tuple[Orders, Timing]:
+                  rules: tuple[str, ...] = RULES, stop: Stop = never) -> tuple[Orders, Timing]:
     """Try every cut of `pattern_trials`; the `keep` best are list-scheduled again around their groups.
-    Returns the best orders found (maybe `orders`). At `deadline` (a time.perf_counter() value) it stops
-    trying and keeps what it has."""
+    Returns the best orders found (maybe `orders`). When `stop()` says so it stops trying and keeps what
+    it has."""
     best_orders, best = orders, evaluate(problem, orders)
     tried: list[tuple[float, int, Orders]] = []
-    for _, trial in pattern_trials(problem, orders, longest=longest, deadline=deadline):
+    for _, trial in pattern_trials(problem, orders, longest=longest, stop=stop):
         try:
             timing = evaluate(problem, trial)
         except ScheduleError:
@@ -259,7 +276,7 @@ def pattern_joins(problem: ScheduleProblem, orders: Orders, *, longest: int = 10
     for makespan, _, trial in sorted(tried)[:keep]:
         if makespan < best.makespan - TIE_US:
             best_orders, best = trial, evaluate(problem, trial)
-        if deadline is not None and time.perf_counter() >= deadline:
+        if stop():
             continue
         try:
             again, timing = relist_with_groups(problem, trial, rules)

@@ -25,7 +25,7 @@ def write_report(result: MilpResult, directory: str | os.PathLike[str]) -> list[
         md.append(f"| {s.name} | {s.status} | {s.seconds:.3f} | {_num(s.objective)} | {_num(s.bound)} | {s.unit} | "
                   f"{'' if s.gap is None else f'{100 * s.gap:.2f}%'} | {s.size or ''} |")
     for s in result.stages:
-        families = getattr(s.size, "families", ())
+        families = s.size.families if s.size is not None else ()
         if families:
             md += ["", f"### {s.name}: rows per constraint family", ""]
             md += [f"- {fam}: {count}" for fam, count in families]

@@ -27,7 +27,7 @@ from collsynth.encodings.taccl_milp import (
     set_makespan_objective,
     transfers_from_routes,
 )
-from collsynth.schedule.result import StageReport
+from collsynth.schedule.result import ModelSize, StageReport
 from collsynth.synth.milp.errors import MilpSynthesisError
 from collsynth.synth.milp.ordering import RULES, best_list_schedule, greedy_joins, pattern_joins
 from collsynth.synth.milp.parameters import (
@@ -215,14 +215,17 @@ def group_patterns(work: RouteWork, budget: StageBudget) -> StageOutcome:
     inst, p = work.inst, work.parameters
     sign = {"min": 1, "max": -1}.get(inst.unique_policy or "", 0)
     started = time.perf_counter()
-    deadline = budget.deadline()
     # a schedule already at the lower bound: other groupings could only tie with it
     at_bound = p.within_gap(work.incumbent, work.lower, work.gap)
     joined: list[tuple[float, int, float, int, Candidate]] = []
     for cand in work.candidates:
-        orders, timing = greedy_joins(cand.problem, cand.orders)
-        if not at_bound:
-            patterned, pattern_timing = pattern_joins(cand.problem, cand.orders, deadline=deadline)
+        # the deadline is checked between joins; past it, the rest compete with the joins made so far
+        if budget.cut():
+            orders, timing = cand.orders, cand.timing
+        else:
+            orders, timing = greedy_joins(cand.problem, cand.orders, stop=budget.cut)
+        if not at_bound and not budget.cut():
+            patterned, pattern_timing = pattern_joins(cand.problem, cand.orders, stop=budget.cut)
             if pattern_timing.makespan < timing.makespan - p.tie_us:
                 orders, timing = patterned, pattern_timing
                 cand = Candidate(cand.problem, orders, timing, cand.routes)
@@ -260,7 +263,8 @@ def group_spread(work: RouteWork, budget: StageBudget) -> StageOutcome:
                                      status=status, solver=work.solver, budget_cut=cut, note=note),))
 
 
-def _solver_report(name: str, result: SolveResult, extra_seconds: float, note: str, size: object) -> StageReport:
+def _solver_report(name: str, result: SolveResult, extra_seconds: float, note: str,
+                   size: ModelSize | None) -> StageReport:
     return StageReport(name, result.seconds + extra_seconds, result.status, result.objective, status=result.status,
                        bound=result.bound, gap=result.gap, solver=result.solver, size=size, note=note)
 

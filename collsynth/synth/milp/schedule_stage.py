@@ -59,7 +59,7 @@ def schedule_round(work: ScheduleWork, budget: StageBudget) -> StageOutcome:
         # floor = bound x (1 - bound_floor_rel) - tie: valid for every schedule, lets the gap test close on it
         sm.model.set_bounds(sm.makespan_col, max(0.0, work.lower * (1 - p.bound_floor_rel) - tie),
                             sm.model.column_bounds(sm.makespan_col)[1])
-    joined, joined_timing = greedy_joins(best.problem, replace(best.orders, joins=frozenset()))
+    joined, joined_timing = greedy_joins(best.problem, replace(best.orders, joins=frozenset()), stop=budget.cut)
     warm = schedule_start(best.problem, sm, joined, joined_timing)
     if joined_timing.makespan > best.timing.makespan or sm.model.violation(warm) > p.warm_violation:
         warm = schedule_start(best.problem, sm, best.orders, best.timing)

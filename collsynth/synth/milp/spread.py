@@ -24,7 +24,7 @@ from collsynth.encodings.milp_spread import (
     spread_window,
 )
 from collsynth.encodings.taccl_milp import Routes, RoutingError, check_routes, transfers_from_routes
-from collsynth.synth.milp.ordering import pattern_trials
+from collsynth.synth.milp.ordering import past_deadline, pattern_trials
 
 # a cut whose estimate is not below the schedule in hand by this share is not solved
 ESTIMATE_MARGIN_REL = 1e-6
@@ -118,7 +118,7 @@ def respread_groups(inst: RoutingInstance, routes: Routes, problem: ScheduleProb
     best_makespan = timing.makespan
     floor = 0.0 if lower is None else lower
     scored = []
-    for k, (_, trial) in enumerate(pattern_trials(problem, orders, deadline=deadline)):
+    for k, (_, trial) in enumerate(pattern_trials(problem, orders, stop=past_deadline(deadline))):
         try:
             trial_timing = evaluate(problem, trial)
         except ScheduleError:
