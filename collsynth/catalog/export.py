@@ -60,6 +60,7 @@ from collsynth.compiler.split import target_violation
 from collsynth.core.targets import DEFAULT_TARGET, get_target
 from collsynth.core.units import format_size
 from collsynth.ir import Algo
+from collsynth.ir.deadlock import bounded_deadlock
 from collsynth.topologies import Topology
 
 
@@ -110,7 +111,8 @@ def plan_export(catalog: Catalog, *, topologies: Sequence[str] = (), collectives
         entries = [entry for entry in entries if points[entry.id]]
         refused = []
         for entry in list(entries):
-            why = target_violation(_read_ir(catalog, entry), runtime)
+            ir = _read_ir(catalog, entry)  # older catalogs were checked with unbounded FIFOs: check the slots here
+            why = target_violation(ir, runtime) or bounded_deadlock(ir, runtime.fifo_slots)
             if why is not None:
                 refused.append(f"{entry.name}: {why}")
                 entries.remove(entry)

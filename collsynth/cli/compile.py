@@ -24,7 +24,7 @@ from collsynth.collectives import Collective
 from collsynth.compiler import CompileError, compile_program, instance_collective
 from collsynth.compiler.split import target_violation
 from collsynth.core.errors import CollsynthError
-from collsynth.core.targets import DEFAULT_TARGET, XML_TARGETS
+from collsynth.core.targets import DEFAULT_TARGET, XML_TARGETS, get_target
 from collsynth.ir import Algo
 from collsynth.language import Program
 from collsynth.language.builder import CAPTURE
@@ -117,7 +117,7 @@ def compile_command(program: str, args: tuple[str, ...], output: str | None, nam
 
         chunks = max((gpu.i_chunks for gpu in ir.gpus), default=1) if coll is None else coll.input_chunks
         result = execute(ir, backend="cpu", nbytes=max(chunks, 1) * VERIFY_CHUNK_ELEMS * 4, dtype="float32",
-                         collective=coll)
+                         collective=coll, fifo_capacity=get_target(target).fifo_slots)
         if not result.passed:
             click.echo(str(result), err=True)
             click.echo("error: the compiled program fails in the interpreter; nothing written", err=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from collsynth.core.files import write_atomic
-from collsynth.core.targets import DEFAULT_TARGET, XML_TARGETS
+from collsynth.core.targets import DEFAULT_TARGET, XML_TARGETS, get_target
 from collsynth.schedule import Algorithm, verify
 
 
@@ -54,7 +54,7 @@ def lower(algorithm: str, output: str | None, xml_path: str | None, instances: i
 
             raise CollsynthError(f"--size {size}: the interpreter needs whole float32 elements in every chunk; "
                                  f"use a multiple of {checkable_size(1, ir)} bytes (e.g. {nbytes})")
-        result = execute(ir, backend="cpu", nbytes=nbytes)
+        result = execute(ir, backend="cpu", nbytes=nbytes, fifo_capacity=get_target(target).fifo_slots)
         if not result.passed:
             raise click.ClickException(f"the compiled program fails the interpreter: {result.message}")
         write_xml(ir, xml_path, target)

@@ -20,8 +20,10 @@ from collsynth.compiler.ordering import order_messages
 from collsynth.compiler.placement import assign_channels, assign_threadblocks, schedule
 from collsynth.compiler.ports import order_port_sends
 from collsynth.compiler.split import pair_threadblocks, split_to_target, spread_channels
-from collsynth.core.targets import Target
+from collsynth.core.limits import FIFO_SLOTS
+from collsynth.core.targets import Target, get_target
 from collsynth.ir import MAX_STEPS_PER_TB, Algo
+from collsynth.ir.deadlock import bounded_deadlock
 from collsynth.language.program import Program, ProgramOptions
 
 _OPTION_NAMES = frozenset(f.name for f in fields(ProgramOptions))
@@ -40,19 +42,38 @@ def compile_program(program: Program, target: Target | str | None = None, *, aft
     rank's sends through one port or link go in program order, for timed schedules; see ports.py).
     With a `target` (collsynth.core.targets), the work is split to fit that runtime's limits
     (compiler/split.py) or refused naming the limit and the runtime. `after_each(name, form)` sees every
-    intermediate form (e.g. `lambda name, form: print(name, form, sep="\n")`)."""
+    intermediate form (e.g. `lambda name, form: print(name, form, sep="\n")`).
+    The IR never needs more buffering than the runtime has: the schedule keeps at most the target's
+    `fifo_slots` messages in flight per connection, and an IR that would still deadlock with that many
+    slots (collsynth.ir.deadlock) is compiled again with one threadblock per connection side (unless
+    `pair_threadblocks` was given), else refused naming the deadlock."""
+    explicit_pairing = "pair_threadblocks" in options
     pair_sends = bool(options.pop("pair_threadblocks", True))
     timed = bool(options.pop("timed_order", False))
     program = with_options(program, **options)
-    compile_once = partial(_compile_once, pair_sends=pair_sends, timed=timed, after_each=after_each)
-    if target is None:
-        return compile_once(program, 1, False)
-    # with a target, its own limits decide (split_to_target spreads long threadblocks), not MSCCL's default
-    return split_to_target(program, target, partial(compile_once, max_steps=None))
+    slots = get_target(target).fifo_slots
+
+    def build(pair: bool) -> Algo:
+        compile_once = partial(_compile_once, pair_sends=pair, timed=timed, slots=slots, after_each=after_each)
+        if target is None:
+            return compile_once(program, 1, False)
+        # with a target, its own limits decide (split_to_target spreads long threadblocks), not MSCCL's default
+        return split_to_target(program, target, partial(compile_once, max_steps=None))
+
+    ir = build(pair_sends)
+    stuck = bounded_deadlock(ir, slots)
+    if stuck is not None and pair_sends and not explicit_pairing:
+        ir = build(False)  # a connection side of its own waits only for its own messages
+        stuck = bounded_deadlock(ir, slots)
+    if stuck is not None:
+        raise CompileError(f"program {program.name!r} would hang in the runtime ({stuck}); receive from a peer "
+                           f"before sending it more than {slots} messages, or compile with pair_threadblocks=False")
+    return ir
 
 
 def _compile_once(program: Program, spread: int, pair: bool, *, pair_sends: bool = True, timed: bool = False,
-                  after_each: AfterEach | None = None, max_steps: int | None = MAX_STEPS_PER_TB) -> Algo:
+                  slots: int | None = FIFO_SLOTS, after_each: AfterEach | None = None,
+                  max_steps: int | None = MAX_STEPS_PER_TB) -> Algo:
     """The passes, in order; `spread` > 1 spreads each channel's transfer chains over that many channels,
     `pair` merges send-only and receive-only threadblocks (compiler/split.py); `max_steps` per threadblock is
     checked here (None: the target's check in split.py decides)."""
@@ -76,7 +97,7 @@ def _compile_once(program: Program, spread: int, pair: bool, *, pair_sends: bool
         if opts.instr_fusion:
             dag = seen("fuse_instructions", fuse_instructions(dag))
         channelled = seen("assign_channels", spread_channels(assign_channels(dag), spread))
-        scheduled = seen("schedule", schedule(channelled))
+        scheduled = seen("schedule", schedule(channelled, slots))
         placed = seen("assign_threadblocks", assign_threadblocks(scheduled, opts.threadblock_policy, pair=pair_sends))
         if pair:
             placed = seen("pair_threadblocks", pair_threadblocks(scheduled, placed))

@@ -7,8 +7,12 @@ on each side, and a threadblock has one send peer, one receive peer and one chan
   each channel a rank may pair a receive peer with only one send peer: the smallest channel that keeps
   every rank's pairing consistent is chosen (hints win).
 - `schedule` orders all instrs in one global topological order by critical-path priority (depth
-  first, then longest remaining path), receiving on each connection in the order of sending, so that
-  every threadblock's step list (a subsequence of this order) cannot deadlock.
+  first, then longest remaining path), receiving on each connection in the order of sending, and never
+  with more than `slots` messages of one connection sent but not yet received (the runtime's FIFO depth,
+  NCCL_STEPS). Running the order one step at a time is then a complete run with bounded FIFOs, so every
+  threadblock's step list (a subsequence of this order) cannot deadlock, even when a threadblock both
+  sends to and receives from one peer (two peers that each sent more than `slots` messages before
+  receiving would wait for each other forever).
 - `assign_threadblocks` maps each instr to a threadblock: manual hints first (checked), then one
   threadblock per connection, fused pairs first, then plain sends/receives paired with the
   threadblock their data comes from / goes to, local copies and reductions to the least loaded one.
@@ -24,6 +28,7 @@ import numpy as np
 
 from collsynth.compiler.dag import FUSED_TYPES, InstrDAG, depths, transfer_chain
 from collsynth.compiler.errors import CompileError
+from collsynth.core.limits import FIFO_SLOTS
 from collsynth.ir import COPY, MAX_CHANNELS, RECEIVING_TYPES, REDUCE, SEND, SENDING_TYPES
 
 
@@ -138,10 +143,15 @@ def _pairing_ok(instrs, fused, ch, pair_recv, pair_send) -> bool:  # type: ignor
 
 # --- schedule ------------------------------------------------------------------------------------
 
-def schedule(cdag: ChannelledDAG) -> Schedule:
+Connection = tuple[int, int, int]  # (sender rank, receiver rank, channel)
+
+
+def schedule(cdag: ChannelledDAG, slots: int | None = FIFO_SLOTS) -> Schedule:
     """List scheduling: an instr is ready when its same-rank predecessors, the message queued before it
     on its connection and (if it receives) its sender are done; among ready instrs the lowest depth
-    goes first, then the one with the longest path to the end, then program order."""
+    goes first, then the one with the longest path to the end, then program order. A send waits while
+    `slots` messages of its connection are in flight (None: unbounded); when only such sends are left,
+    the best goes anyway and the compiler's bounded-FIFO check (collsynth.ir.deadlock) decides."""
     dag = cdag.dag
     preds, after, send_to = dag.preds, dag.after, dag.send_to
     n = len(dag.instrs)
@@ -157,9 +167,32 @@ def schedule(cdag: ChannelledDAG) -> Schedule:
     heapq.heapify(heap)
     order: list[int] = []
     push, pop = heapq.heappush, heapq.heappop
-    while heap:
-        i = by_rank_list[pop(heap)]
+    send_conn, recv_conn = _connections(cdag)
+    in_flight: dict[Connection, int] = {}
+    parked: dict[Connection, list[int]] = {}  # ready sends of a full connection (priority ranks), a heap each
+    while heap or parked:
+        if heap:
+            i = by_rank_list[pop(heap)]
+            conn = send_conn[i]
+            if slots is not None and conn is not None and in_flight.get(conn, 0) >= slots:
+                push(parked.setdefault(conn, []), rank[i])
+                continue
+        else:  # every ready instr sends on a full connection: no order within the slots exists from here
+            conn = min(parked, key=lambda c: parked[c][0])
+            i = by_rank_list[pop(parked[conn])]
+            if not parked[conn]:
+                del parked[conn]
         order.append(i)
+        received, sent = recv_conn[i], send_conn[i]
+        if received is not None:
+            in_flight[received] -= 1
+            waiting = parked.get(received)
+            if waiting:  # one slot freed: the best send parked on it gets another look
+                push(heap, pop(waiting))
+                if not waiting:
+                    del parked[received]
+        if sent is not None:
+            in_flight[sent] = in_flight.get(sent, 0) + 1
         for k in range(starts[i], starts[i + 1]):
             s = targets[k]
             pending[s] -= 1
@@ -188,6 +221,16 @@ def _successors(preds: tuple[tuple[int, ...], ...], after: tuple[tuple[int, ...]
     first = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(src, minlength=n), out=first[1:])
     return first, dst[by_src]
+
+
+def _connections(cdag: ChannelledDAG) -> tuple[list[Connection | None], list[Connection | None]]:
+    """Per instr, the connection it sends on and the one it receives from (None where it does not)."""
+    sends: list[Connection | None] = []
+    recvs: list[Connection | None] = []
+    for ins, ch in zip(cdag.dag.instrs, cdag.channels, strict=True):
+        sends.append((ins.rank, ins.send_peer, ch) if ins.kind in SENDING_TYPES else None)
+        recvs.append((ins.recv_peer, ins.rank, ch) if ins.kind in RECEIVING_TYPES else None)
+    return sends, recvs
 
 
 # --- assign_threadblocks -------------------------------------------------------------------------

@@ -33,6 +33,8 @@ src/include/msccl/msccl_struct.h, ROCm/rccl src/misc/msccl/msccl_parser.cc at 4b
   the same cap. Selection (src/collectives/all_to_all.cc and enqueue): ngpus == nRanks, count % nchunksperloop
   == 0, nbytes >= minBytes && nbytes < maxBytes.
 - executor/RCCL: minBytes, maxBytes, inplace and outofplace are required attributes (read without a default).
+- every target: connections of NCCL_STEPS = 8 slots (`fifo_slots`, the simulator's FIFO depth too): an IR is
+  checked for deadlock with 8 messages in flight per connection (collsynth.ir.deadlock).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from collsynth.core.errors import CollsynthError
+from collsynth.core.limits import FIFO_SLOTS
 
 INT64_MAX = (1 << 63) - 1
 
@@ -69,6 +72,7 @@ class Target:
     runtime_limits: bool = True  # False for `none`: no loader at all
     max_offset: int = 32767  # srcoff/dstoff are int16_t in every loader's transfer record
     max_reduce_fusion: int = 16  # MSCCL_MAX_REDUCE_FUSION: a chain of `re` steps on one dst is cut at the 16th
+    fifo_slots: int = FIFO_SLOTS  # messages a connection holds before its sender blocks (NCCL_STEPS, every loader)
 
     def coll(self, ours: str) -> str:
         """The runtime's `coll` spelling of our (collsynth.ir.coll_spelling) spelling."""

@@ -20,8 +20,11 @@ message on one connection, room on one connection when `fifo_capacity` is set, a
 threadblock); whatever provides it puts the threadblock back on the ready queue. When the queue is
 empty and work is left, that is a deadlock, reported with every stuck threadblock and what it waits for.
 Every chunk carries a written bit (input written, output and scratch not); reading an unwritten chunk
-stops the run and names the step. Connections are unbounded by default; `fifo_capacity=k` lets a send
-proceed only while fewer than k messages are in flight, which exposes programs that rely on buffering.
+stops the run and names the step. A send proceeds only while fewer than `fifo_capacity` messages are in
+flight on its connection: by default the runtime's FIFO_SLOTS (NCCL_STEPS = 8, collsynth.core.limits), so a
+program that relies on more buffering than the runtime has is a deadlock here too; `fifo_capacity=None`
+makes connections unbounded. Whether a program deadlocks does not depend on the scheduling order (each
+connection has one sender and one receiver, and every wait is monotone), so one run decides it.
 
 Tiles: every step reads and writes the same slice of each chunk it names, so MSCCL's loop over tiles
 computes each slice independently; the interpreter therefore processes all tiles in one vectorized pass
@@ -39,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from collsynth.collectives.spec import Collective, display_name
+from collsynth.core.limits import FIFO_SLOTS
 from collsynth.ir import (
     COPY,
     NOP,
@@ -82,7 +86,7 @@ MAX_REPORTED = 20  # stuck threadblocks / leftover messages named in `details`
 def execute_cpu(ir: Algo, nbytes: int | None = None, dtype: str = "float32", seed: int = 0,
                 collective: Collective | None = None, inputs: Sequence[np.ndarray] | None = None, *,
                 op: str = "sum", root: int | None = None, postcondition: bool = True, tile_bytes: int | None = None,
-                tile_by_tile: bool = False, fifo_capacity: int | None = None) -> ExecutionResult:
+                tile_by_tile: bool = False, fifo_capacity: int | None = FIFO_SLOTS) -> ExecutionResult:
     """Run `ir` on every rank's buffers and check the collective's postcondition.
 
     nbytes: per-rank input buffer size (default: 1024 elements per chunk); dtype: float32, float16,
@@ -90,7 +94,8 @@ def execute_cpu(ir: Algo, nbytes: int | None = None, dtype: str = "float32", see
     max or min; inputs: per-rank input buffers (flat or (chunks, elems)) instead of random ones (bfloat16:
     float numbers, rounded to bfloat16, or uint16 bits); collective: the postcondition (default: rebuilt
     from the IR, see layout.collective_for); root: the root of a rooted collective if it cannot be
-    inferred; postcondition=False only runs the program.
+    inferred; postcondition=False only runs the program; fifo_capacity: messages one connection holds
+    (default the runtime's FIFO_SLOTS; None: unbounded).
     Raises IRError for a malformed IR and ExecutionError for an impossible request; everything the
     program does wrong is a FAIL result."""
     validate(ir, max_steps_per_tb=None)  # any target's IR runs; the step limit is the loader's
@@ -367,7 +372,9 @@ def _run(ir: Algo, programs: list[list[_Op]], labels: list[str], capacity: int |
     stuck = [tb for tb in range(count) if pcs[tb] < len(programs[tb])]
     if stuck:
         lines = [_why_stuck(programs, labels, pcs, flags, fifos, capacity, tb) for tb in stuck]
-        raise _Failure(DEADLOCK, f"{len(stuck)} threadblock(s) can never finish; {lines[0]}", lines[:MAX_REPORTED])
+        fifo = "unbounded connections" if capacity is None else f"connections of {capacity} message slot(s)"
+        raise _Failure(DEADLOCK, f"{len(stuck)} threadblock(s) can never finish with {fifo}; {lines[0]}",
+                       lines[:MAX_REPORTED])
     left = [(key, queue) for key, queue in fifos.items() if queue]
     if left:
         lines = [f"rank {src} -> rank {dst} channel {chan}: {len(queue)} message(s) never received, first sent by "
