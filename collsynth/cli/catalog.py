@@ -189,8 +189,8 @@ def best(topology_spec: str, collective: str, size: str, db_path: Path, dtype: s
 
     with Catalog(db_path) as db:
         ranked = rank_entries(db, topology_spec, collective, parse_size(size), dtype=dtype, inplace=inplace)[:top]
-        if with_plans:
-            _best_backend(db, topology_spec, collective, parse_size(size), dtype)
+        if with_plans:  # with --json the choice goes to stderr, so stdout stays one JSON document
+            _best_backend(db, topology_spec, collective, parse_size(size), dtype, to_stderr=as_json)
     from collsynth.catalog.query import with_tuned_times
     from collsynth.catalog.select import tuned_at, tuned_ranges
 
@@ -272,7 +272,8 @@ def _export_mscclpp(directory: Path, topologies: tuple[str, ...], db_path: Path,
                f"to {directory}")
 
 
-def _best_backend(db, topology_spec: str, collective: str, size: int, dtype: str) -> None:  # type: ignore[no-untyped-def]
+def _best_backend(db, topology_spec: str, collective: str, size: int, dtype: str,  # type: ignore[no-untyped-def]
+                  to_stderr: bool = False) -> None:
     from collsynth.catalog.export_mscclpp import catalog_backends
 
     for group in catalog_backends(db, topology_spec, collective, [size], dtype):
@@ -280,7 +281,8 @@ def _best_backend(db, topology_spec: str, collective: str, size: int, dtype: str
             ir = f"{c.best_ir[0]} {c.best_ir[1]:.2f} us" if c.best_ir else "none"
             plan = f"{c.best_plan[0]} {c.best_plan[1]:.2f} us" if c.best_plan else "none"
             click.echo(f"{'in-place' if group.inplace else 'out-of-place'} at {format_size(c.size_bytes)}: "
-                       f"{'MSCCL-IR' if c.backend == 'ir' else 'MSCCL++ plan'} wins (best IR: {ir}; best plan: {plan})")
+                       f"{'MSCCL-IR' if c.backend == 'ir' else 'MSCCL++ plan'} wins (best IR: {ir}; best plan: {plan})",
+                       err=to_stderr)
 
 
 def _entry_json(entry) -> dict:  # type: ignore[no-untyped-def]

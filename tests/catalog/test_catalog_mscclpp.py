@@ -72,6 +72,10 @@ def test_cli_best_and_export(db_path: Path, tmp_path: Path, cli_runner) -> None:
                                     "--mscclpp"])
     assert best.exit_code == 0, best.output
     assert "at 32KB:" in best.output and "wins (best IR:" in best.output
+    as_json = cli_runner.invoke(main, ["catalog", "best", "fully_connected:4", "allreduce", "32KB", "--db",
+                                       str(db_path), "--mscclpp", "--json"])
+    assert as_json.exit_code == 0 and json.loads(as_json.stdout)  # the choice goes to stderr: stdout is JSON
+    assert "wins (best IR:" in as_json.stderr
     out = tmp_path / "plans"
     export = cli_runner.invoke(main, ["catalog", "export", "--db", str(db_path), "--mscclpp", str(out), "-t",
                                       "fully_connected:4", "-c", "allgather"])
