@@ -40,13 +40,20 @@ class Bound:
         return f"{self.family} {self.value:.3f} us" + (f" ({self.note})" if self.note else "")
 
 
-def sketch_lower_bounds(inst: RoutingInstance) -> tuple[Bound, ...]:
-    """Every bound family below for every node, strongest first (empty on a one-node instance)."""
+def _never() -> bool:
+    return False
+
+
+def sketch_lower_bounds(inst: RoutingInstance, stop: Callable[[], bool] = _never) -> tuple[Bound, ...]:
+    """Every bound family below for every node, strongest first (empty on a one-node instance). `stop()` is
+    asked before every node after the first: each bound holds alone, so the nodes done so far still bound."""
     if inst.sketch.num_nodes < 2:
         return ()
     heads = chunk_heads(inst)
     found: list[Bound] = []
     for node in range(inst.sketch.num_nodes):
+        if node and stop():
+            break
         budgets = _entry_budgets(inst, node)
         if not budgets:
             continue
@@ -61,8 +68,8 @@ def sketch_lower_bounds(inst: RoutingInstance) -> tuple[Bound, ...]:
     return tuple(sorted(found, key=lambda b: (-b.value, b.family, b.note)))
 
 
-def best_sketch_bound(inst: RoutingInstance) -> Bound | None:
-    bounds = sketch_lower_bounds(inst)
+def best_sketch_bound(inst: RoutingInstance, stop: Callable[[], bool] = _never) -> Bound | None:
+    bounds = sketch_lower_bounds(inst, stop)
     return bounds[0] if bounds else None
 
 

@@ -13,9 +13,9 @@ from collsynth.schedule.result import (
     SynthesisResult,
     pareto_optimal,
 )
-from collsynth.schedule.transforms import concatenate, reversed_into_reduction, scaled
+from collsynth.schedule.transforms import TimedSends, concatenate, reversed_into_reduction, reversed_sends, scaled
 from collsynth.schedule.verify import verify
 
 __all__ = ["COPY", "FEASIBLE", "OPTIMAL", "REDUCE", "Algorithm", "AlgorithmError", "Attempt", "FrontierPoint",
-           "Send", "StageReport", "Step", "SynthesisResult", "concatenate", "pareto_optimal",
-           "reversed_into_reduction", "scaled", "verify"]
+           "Send", "StageReport", "Step", "SynthesisResult", "TimedSends", "concatenate", "pareto_optimal",
+           "reversed_into_reduction", "reversed_sends", "scaled", "verify"]

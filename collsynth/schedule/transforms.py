@@ -4,16 +4,22 @@
   the collective side of it is `Collective.split(k)`.
 - `concatenate(name, first, second, collective)`: `first`'s steps then `second`'s (AllReduce =
   ReduceScatter then AllGather).
-- `reversed_into_reduction(dual, topology, collective)`: a schedule of the non-combining dual (Broadcast,
-  AllGather) on the reversed topology, run backwards with copies turned into reductions, is a schedule of
-  the combining collective (Reduce, ReduceScatter) on the topology.
+- `reversed_sends(sends)`: THE reversal into a reduction, on sends as columns (`TimedSends`): a schedule of
+  the non-combining dual (Broadcast, AllGather) on the reversed topology, run backwards with copies turned
+  into reductions, is a schedule of the combining collective (Reduce, ReduceScatter) on the topology. Every
+  level reverses through it: `reversed_into_reduction` (Algorithm steps, the step number as the time), the
+  MILP's transfer DAG (times and dependencies, which it re-schedules) and the cluster greedy's timed
+  transfers.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from collsynth.collectives import Collective
 from collsynth.core.enums import Op
@@ -62,14 +68,58 @@ def concatenate(name: str, first: Algorithm, second: Algorithm, collective: Coll
     return algorithm
 
 
+@dataclass(frozen=True)
+class TimedSends:
+    """Sends as columns (numpy arrays, one row per send): chunk[i] moves from src[i] to dst[i] over
+    [start[i], start[i] + duration[i]]. `after[i]`, where the order is a dependency graph (the MILP's
+    transfers), lists the sends that send i waits for; `makespan` is the end of the schedule."""
+
+    chunk: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    start: np.ndarray
+    duration: np.ndarray
+    makespan: float
+    after: tuple[tuple[int, ...], ...] | None = None
+
+
+def reversed_sends(sends: TimedSends) -> TimedSends:
+    """Reversal into a reduction: chunk c u->v over [s, s+d] becomes c v->u (a reduction) over [T-s-d, T-s];
+    a send that waited for others is waited for by them. In the dual every rank receives a chunk at most once,
+    so in the reverse every rank sends its partial sum once, after all it sums have arrived."""
+    after = None
+    if sends.after is not None:
+        waiting: list[list[int]] = [[] for _ in sends.after]
+        for t, deps in enumerate(sends.after):
+            for d in deps:
+                waiting[d].append(t)
+        after = tuple(tuple(w) for w in waiting)
+    start = sends.makespan - sends.start - sends.duration
+    return TimedSends(sends.chunk, sends.dst, sends.src, start, sends.duration, sends.makespan, after)
+
+
 def reversed_into_reduction(dual: Algorithm, topology: Topology, collective: Collective, name: str | None = None,
                             provenance: Mapping[str, Any] | None = None) -> Algorithm:
     """The combining `collective` on `topology` from a schedule `dual` of its non-combining dual on the reversed
-    topology: send c u->v at step t becomes c v->u, a reduction, at step S-1-t. In the dual every rank receives a
-    chunk at most once, so in the reverse every rank sends its partial sum once, after all it sums arrived."""
-    steps = tuple(Step(step.rounds, tuple(Send(s.chunk, s.dst, s.src, Op.REDUCE) for s in step.sends))
-                  for step in reversed(dual.steps))
+    topology (`reversed_sends`, each step one unit of time): send c u->v at step t becomes c v->u, a reduction,
+    at step S-1-t. Verified."""
+    flat = [send for step in dual.steps for send in step.sends]
+    step_of = np.repeat(np.arange(len(dual.steps)), [len(step.sends) for step in dual.steps])
+    reverse = reversed_sends(TimedSends(np.array([s.chunk for s in flat], dtype=np.int64),
+                                        np.array([s.src for s in flat], dtype=np.int64),
+                                        np.array([s.dst for s in flat], dtype=np.int64),
+                                        step_of, np.ones(len(flat), dtype=np.int64), len(dual.steps)))
+    steps = _steps_by_start(reverse, [step.rounds for step in reversed(dual.steps)])
     algorithm = Algorithm(name or dual.name, topology, collective, steps,
                           dict(dual.provenance if provenance is None else provenance))
     verify(algorithm)
     return algorithm
+
+
+def _steps_by_start(sends: TimedSends, rounds: Sequence[int]) -> tuple[Step, ...]:
+    # step k: the reductions starting at k, in their order within the dual's step
+    order = np.argsort(sends.start, kind="stable")
+    bounds = np.searchsorted(sends.start[order], np.arange(len(rounds) + 1))
+    chunk, src, dst = sends.chunk.tolist(), sends.src.tolist(), sends.dst.tolist()
+    return tuple(Step(r, tuple(Send(chunk[i], src[i], dst[i], Op.REDUCE) for i in order[bounds[k]:bounds[k + 1]]))
+                 for k, r in enumerate(rounds))

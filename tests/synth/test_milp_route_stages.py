@@ -1,5 +1,6 @@
-"""The routing stages keep to their share of the budget: the group-patterns stage (greedy joins and join
-patterns over every candidate schedule) checks the stage's clock between joins.
+"""The routing stages keep to their share of the budget: the greedy-routing stage checks the stage's clock
+between routings and ordering rules, the group-patterns stage (greedy joins and join patterns over every
+candidate schedule) between joins.
 
 The clock is fake: it advances one "second" per schedule evaluation (the unit of work of the joins), so
 the test counts work, not wall-clock time, and does not depend on the machine's speed."""
@@ -9,12 +10,14 @@ from __future__ import annotations
 import pytest
 
 import collsynth.synth.milp.ordering as ordering
+import collsynth.synth.milp.route_stages as route_stages
 from collsynth.collectives import make_collective
 from collsynth.encodings.milp_instance import build_instance
 from collsynth.encodings.milp_ordering import evaluate
 from collsynth.encodings.sketch import sketch_from_taccl
 from collsynth.synth.milp.parameters import DEFAULT_PARAMETERS, GREEDY_ROUTING, GROUP_PATTERNS
 from collsynth.synth.milp.route_stages import RouteWork, greedy_routing, group_patterns
+from collsynth.synth.milp.routing import heuristic_routes
 from collsynth.synth.milp.runner import Clock, StageBudget
 from collsynth.topologies.taccl import load_taccl_profile
 
@@ -76,3 +79,47 @@ def test_group_patterns_stops_at_its_deadline(monkeypatch):
     best = work.best
     assert evaluate(best.problem, best.orders).makespan == pytest.approx(best.timing.makespan)
     assert best in work.candidates or any(best.problem is c.problem for c in work.candidates)
+
+
+class StageClock(WorkClock):
+    """Fake time for the first stages: one second per schedule evaluation and per greedy routing."""
+
+    def routes(self, *args, **kwargs):
+        self.now += 1.0
+        return heuristic_routes(*args, **kwargs)
+
+
+def _greedy_stage(monkeypatch: pytest.MonkeyPatch, total: float | None):
+    sketch = sketch_from_taccl(SK1_NDV2_N2)
+    topo = load_taccl_profile(NDV2_1MB, name="ndv2", num_nodes=2)
+    inst = build_instance(topo, make_collective("allgather", topo.num_ranks, sketch.chunkup), sketch, 64 << 10)
+    clock = StageClock()
+    monkeypatch.setattr(ordering, "evaluate", clock.evaluate)
+    monkeypatch.setattr(route_stages, "heuristic_routes", clock.routes)
+    budget = StageBudget(Clock(0.0, total, now=clock), 0.5, GREEDY_ROUTING)
+    work = RouteWork(inst, "highs", 1e-4, DEFAULT_PARAMETERS, budget.clock)
+    (report,) = greedy_routing(work, budget).reports
+    return work, clock, budget, report
+
+
+def test_greedy_routing_stops_at_its_deadline_and_keeps_a_schedule(monkeypatch):
+    full, unlimited, _, report = _greedy_stage(monkeypatch, None)
+    assert not report.budget_cut and report.status == "heuristic"
+    routings = len(full.candidates)
+    assert routings == 5 and unlimited.now == routings * (1 + len(ordering.RULES))
+    # the stage keeps half: a deadline inside the second routing's ordering rules (a routing costs 5)
+    total = 2 * (5 + 1.5)
+    work, clock, budget, report = _greedy_stage(monkeypatch, total)
+    deadline = budget.deadline()
+    # asked before every routing and rule but the first: past the deadline, nothing more is started
+    assert deadline <= clock.now < deadline + 1
+    assert report.budget_cut and report.status == "stopped" and "2 of 5 greedy routings" in report.note
+    assert len(work.candidates) == 2
+    for cand in work.candidates:  # each kept schedule is what its orders evaluate to
+        assert evaluate(cand.problem, cand.orders).makespan == pytest.approx(cand.timing.makespan)
+
+
+def test_a_spent_budget_still_gets_one_greedy_schedule(monkeypatch):
+    work, clock, _, report = _greedy_stage(monkeypatch, 1e-9)
+    assert clock.now == 2  # the first routing under the first rule: the pipeline needs a schedule
+    assert len(work.candidates) == 1 and report.budget_cut and "1 of 5" in report.note

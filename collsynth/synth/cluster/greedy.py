@@ -21,7 +21,7 @@ import numpy as np
 
 from collsynth.collectives import Collective, make_collective
 from collsynth.core.enums import Op, Status
-from collsynth.schedule import COPY, REDUCE, Algorithm, Send, Step, SynthesisResult, verify
+from collsynth.schedule import COPY, REDUCE, Algorithm, Send, Step, SynthesisResult, TimedSends, reversed_sends, verify
 from collsynth.synth.cluster.timexp import MIB, GreedyError, Transfers, run_greedy
 from collsynth.topologies import Topology
 from collsynth.topologies.symmetry import reversed_topology
@@ -46,10 +46,10 @@ def _steps(transfers: Transfers, op: Op, offset_us: float = 0.0) -> tuple[Step, 
 
 
 def _reverse(transfers: Transfers) -> Transfers:
-    # copy c u->v over [s, s+d]  ->  reduce c v->u over [T-s-d, T-s]
-    end = transfers.makespan_us
-    return Transfers(transfers.chunk, transfers.dst, transfers.src,
-                     end - transfers.start_us - transfers.duration_us, transfers.duration_us)
+    """The reductions of `transfers` (schedule.reversed_sends)."""
+    r = reversed_sends(TimedSends(transfers.chunk, transfers.src, transfers.dst, transfers.start_us,
+                                  transfers.duration_us, transfers.makespan_us))
+    return Transfers(r.chunk, r.src, r.dst, r.start, r.duration)
 
 
 def greedy_steps(topology: Topology, collective: Collective, chunk_mb: float, seed: int,

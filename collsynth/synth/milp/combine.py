@@ -1,8 +1,8 @@
 """Combining collectives from non-combining schedules, and the Algorithm a timed schedule becomes.
 
-ReduceScatter and Reduce are the reverse of an AllGather / Broadcast schedule (each send reversed into a
-reduction, mirrored in time); AllReduce is that ReduceScatter followed by the AllGather, merged and
-re-timed. `to_algorithm` turns timed transfers into steps."""
+ReduceScatter and Reduce are the reverse of an AllGather / Broadcast schedule (`schedule.reversed_sends`:
+each send reversed into a reduction, mirrored in time, its dependencies turned around); AllReduce is that
+ReduceScatter followed by the AllGather, merged and re-timed. `to_algorithm` turns timed transfers into steps."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
 from collsynth.collectives import Collective
 from collsynth.core.enums import Op
-from collsynth.encodings.milp_instance import RoutingInstance
 from collsynth.encodings.milp_ordering import (
     Orders,
     ScheduleError,
@@ -24,29 +25,45 @@ from collsynth.encodings.milp_ordering import (
     orders_from_times,
 )
 from collsynth.schedule.algorithm import Algorithm, Send, Step
+from collsynth.schedule.transforms import TimedSends, reversed_sends
 from collsynth.synth.milp.errors import MilpSynthesisError
 from collsynth.synth.milp.schedule_stage import Candidate
 from collsynth.topologies import Topology
 
 
-def reverse(schedule: Candidate, inst: RoutingInstance) -> ScheduleProblem:
-    """The reduction schedule: every transfer reversed into a reduction, waiting for the reductions of
-    the transfers that depended on it."""
-    topo = inst.topology
-    problem = schedule.problem
-    transfers = []
-    for t, tr in enumerate(problem.transfers):
+def reversed_candidate(forward: Candidate, topology: Topology) -> Candidate:
+    """The reduction of `forward` (a non-combining schedule on `topology`'s reverse), ordered as the mirror
+    image of `forward` in time and timed: what the reduction's scheduling MILP starts from."""
+    problem, mirrored_start = reversed_problem(forward, topology)
+    orders = _mirror(forward, problem, mirrored_start)
+    return Candidate(problem, orders, evaluate(problem, orders))
+
+
+def reversed_problem(schedule: Candidate, topology: Topology) -> tuple[ScheduleProblem, list[float]]:
+    """The reduction schedule (`schedule.reversed_sends` on the transfers, their times and dependencies): every
+    transfer reversed into a reduction that waits for the reductions of the transfers that depended on it, and
+    the mirrored start times."""
+    topo = topology
+    problem, timing = schedule.problem, schedule.timing
+    for tr in problem.transfers:
         if not topo.has_link(tr.dst, tr.src):
             raise MilpSynthesisError(f"cannot reverse the schedule: topology {topo.name!r} has link {tr.src}->{tr.dst} "
                                      f"but no link {tr.dst}->{tr.src}")
-        transfers.append(Transfer(tr.chunk, tr.dst, tr.src, Op.REDUCE, tuple(problem.dependents[t])))
-    return replace(problem, transfers=tuple(transfers), link_class={})
+    start = np.array(timing.start, dtype=float)
+    chunk, src, dst = (np.array([getattr(tr, key) for tr in problem.transfers], dtype=np.int64)
+                       for key in ("chunk", "src", "dst"))
+    duration = np.array(timing.arrival, dtype=float) - start
+    sends = reversed_sends(TimedSends(chunk, src, dst, start, duration, timing.makespan,
+                                      tuple(tr.deps for tr in problem.transfers)))
+    assert sends.after is not None
+    transfers = tuple(Transfer(c, s, d, Op.REDUCE, deps) for c, s, d, deps in
+                      zip(sends.chunk.tolist(), sends.src.tolist(), sends.dst.tolist(), sends.after, strict=True))
+    return replace(problem, transfers=transfers, link_class={}), sends.start.tolist()
 
 
-def mirror(schedule: Candidate, reversed_problem: ScheduleProblem) -> Orders:
-    """Orders of the reversed transfers: mirrored in time, groups kept."""
-    timing = schedule.timing
-    priority = [timing.makespan - timing.arrival[t] for t in range(len(timing.start))]
+def _mirror(schedule: Candidate, reversed_problem: ScheduleProblem, mirrored_start: list[float]) -> Orders:
+    """Orders of the reversed transfers: by their mirrored start times, groups kept."""
+    priority = mirrored_start
     orders = orders_from_times(reversed_problem, priority)
     joins = set()
     groups: dict[int, list[int]] = {}

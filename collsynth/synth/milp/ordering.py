@@ -5,7 +5,6 @@ orders, exact timing) is `collsynth.encodings.milp_ordering`."""
 from __future__ import annotations
 
 import heapq
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from types import MappingProxyType
@@ -35,11 +34,12 @@ def never() -> bool:
     return False
 
 
-def past_deadline(deadline: float | None) -> Stop:
-    """The `Stop` of a search that must end at `deadline` (a time.perf_counter() value; None: never)."""
-    if deadline is None:
-        return never
-    return lambda: time.perf_counter() >= deadline
+SecondsLeft = Callable[[], float | None]  # solver seconds a stage may still give a MILP (None: no limit)
+
+
+def unlimited() -> float | None:
+    """The `SecondsLeft` of a search without a budget."""
+    return None
 
 
 class _ListScheduler:
@@ -139,10 +139,14 @@ def list_schedule(problem: ScheduleProblem, rule: str = RULES[0]) -> Orders:
                   tuple(tuple(v) for v in state.res_seq))
 
 
-def best_list_schedule(problem: ScheduleProblem, rules: tuple[str, ...] = RULES) -> tuple[Orders, Timing, str]:
-    """Try each rule, return the orders with the smallest makespan (and the rule that made them)."""
+def best_list_schedule(problem: ScheduleProblem, rules: tuple[str, ...] = RULES, *,
+                       stop: Stop = never) -> tuple[Orders, Timing, str]:
+    """Try each rule, return the orders with the smallest makespan (and the rule that made them). The first
+    rule always runs; `stop()` is asked before each of the others."""
     best: tuple[Orders, Timing, str] | None = None
     for rule in rules:
+        if best is not None and stop():
+            break
         orders = list_schedule(problem, rule)
         timing = evaluate(problem, orders)
         if best is None or timing.makespan < best[1].makespan - TIE_US:

@@ -14,8 +14,10 @@ The stages are data (`route_stages.routing_stages`, `schedule_stage.schedule_sta
 (`runner.run_stages`) that owns the clock, the skip rules and the reports; every constant is a field of
 `MilpParameters`. `time_limit` is the wall-clock budget of the whole run: each MILP stage gets what is
 left, less a reserve for the stages after it (and, for CBC, the grace in which its process is stopped);
-the local searches stop at their share of it. When the budget runs out the best verified schedule is
-returned with its proven gap, and the result says it was time-limited.
+every heuristic stage asks the stage's clock between its steps (routings, ordering rules, moves, joins,
+cuts) and stops at its share, keeping the schedules it has (the first routing always runs). When the
+budget runs out the best verified schedule is returned with its proven gap, and the result says it was
+time-limited.
 `size_bytes` is TACCL's per-chunk-before-chunkup size: each rank's AllGather input, the AllToAll block
 per pair of ranks, 1/n of an AllReduce buffer; a chunk is `size_bytes / chunkup`.
 """
@@ -23,6 +25,7 @@ per pair of ranks, 1/n of an AllReduce buffer; a chunk is `size_bytes / chunkup`
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -35,7 +38,7 @@ from collsynth.encodings.milp_ordering import evaluate
 from collsynth.encodings.sketch import Sketch
 from collsynth.schedule.result import StageReport
 from collsynth.schedule.verify import verify
-from collsynth.synth.milp.combine import concatenate, mirror, reverse, to_algorithm
+from collsynth.synth.milp.combine import concatenate, reversed_candidate, to_algorithm
 from collsynth.synth.milp.errors import MilpSynthesisError
 from collsynth.synth.milp.parameters import (
     ALLGATHER_SCHEDULE_MILP,
@@ -89,9 +92,7 @@ def _forward_and_reversed(run: _Run, forward_collective: Collective, stage: str,
     inst = build_instance(run.topology, forward_collective, run.sketch, run.chunk_bytes)
     best, lower = route_and_order(inst, run.solver, run.clock, run.parameters, run.gap, reports)
     forward = run.schedule(best, stage, reports, lower=lower, reserve=run.parameters.reserve_after_forward_schedule)
-    reversed_problem = reverse(forward, inst)
-    orders = mirror(forward, reversed_problem)
-    return inst, forward, Candidate(reversed_problem, orders, evaluate(reversed_problem, orders))
+    return inst, forward, reversed_candidate(forward, inst.topology)
 
 
 def _reduction(run: _Run, reports: list[StageReport]) -> tuple[Candidate, float | None]:
@@ -131,15 +132,16 @@ def _target(topology: Topology, collective: str | Collective, sketch: Sketch, si
 
 def synthesize_milp(topology: Topology, collective: str | Collective, sketch: Sketch, size_bytes: int, *,
                     solver: str = "cbc", time_limit: float | None = None, gap: float = 1e-4,
-                    root: int | None = None, parameters: MilpParameters = DEFAULT_PARAMETERS) -> MilpResult:
+                    root: int | None = None, parameters: MilpParameters = DEFAULT_PARAMETERS,
+                    now: Callable[[], float] = time.perf_counter) -> MilpResult:
     """Synthesize a schedule for `collective` on `topology` within `sketch` (module docstring).
 
     `time_limit` is the wall-clock budget of the whole run, in seconds (None: no limit): MILP stages
     share what is left, a stopped stage keeps its best answer, and the result reports the proven gap
     and whether the budget cut a stage short (`MilpResult.time_limited`). Without a binding limit the
-    result is deterministic."""
+    result is deterministic. `now` is the clock the budget is read on (tests give a fake one)."""
     target = _target(topology, collective, sketch, size_bytes, solver, time_limit, root)
-    clock = Clock(time.perf_counter(), time_limit, stop_grace(solver), parameters.min_stage_seconds)
+    clock = Clock(now(), time_limit, stop_grace(solver), parameters.min_stage_seconds, now)
     run = _Run(topology, target, sketch, size_bytes / sketch.chunkup, solver, gap, clock, parameters)
     reports: list[StageReport] = []
     if not target.combining:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import numpy as np
 
@@ -91,36 +92,46 @@ class RouteWork:
 
 def greedy_routing(work: RouteWork, budget: StageBudget) -> StageOutcome:
     """Greedy routings: shortest-time and congestion-aware trees, fan-out trees and (for switches that want
-    few connections) trees on a ring; each is list-scheduled, and the symmetric ones warm-start the MILP."""
+    few connections) trees on a ring; each is list-scheduled, and the symmetric ones warm-start the MILP.
+    The first routing under the first ordering rule always runs (the pipeline needs a schedule); the stage's
+    clock is asked before every other routing and rule."""
     inst = work.inst
     started = time.perf_counter()
     work.rm = build_routing_model(inst)
     work.build_seconds = time.perf_counter() - started
     started = time.perf_counter()
-    greedy = [heuristic_routes(inst, congestion=congestion, min_hops=hops)
-              for congestion in (False, True) for hops in (False, True)]
-    greedy.append(heuristic_routes(inst, fanout=True))
+    plans = [partial(heuristic_routes, inst, congestion=congestion, min_hops=hops)
+             for congestion in (False, True) for hops in (False, True)]
+    plans.append(partial(heuristic_routes, inst, fanout=True))
     if inst.unique_policy == "min":
-        greedy.append(heuristic_routes(inst, ring_links(inst)))
-    for routes, symmetric in greedy:
+        plans.append(partial(heuristic_routes, inst, ring_links(inst)))
+    done = 0
+    for plan in plans:
+        if done and budget.cut():
+            break
+        routes, symmetric = plan()
         problem = transfers_from_routes(inst, routes)
-        orders, timing, rule = best_list_schedule(problem, RULES)
+        orders, timing, rule = best_list_schedule(problem, RULES, stop=budget.cut)
         work.add(Candidate(problem, orders, timing, routes), rule)
         if symmetric:
             work.starts.append(routing_start(inst, work.rm, routes))
-    return StageOutcome((StageReport(budget.name, time.perf_counter() - started, "heuristic", work.incumbent,
-                                     status="heuristic", note=f"{len(greedy)} greedy routings"),))
+        done += 1
+    cut = budget.cut()
+    return StageOutcome((StageReport(budget.name, time.perf_counter() - started, _status(cut), work.incumbent,
+                                     status=_status(cut), budget_cut=cut,
+                                     note=f"{done} of {len(plans)} greedy routings" + _cut_note(cut)),))
 
 
 def sketch_bounds(work: RouteWork, budget: StageBudget) -> StageOutcome:
-    """What the routing MILP cannot see: NIC order, and the spread of the chunks that cross it last."""
+    """What the routing MILP cannot see: NIC order, and the spread of the chunks that cross it last (the
+    families of the nodes reached before the stage's deadline)."""
     started = time.perf_counter()
-    extra = best_sketch_bound(work.inst)
+    extra = best_sketch_bound(work.inst, stop=budget.cut)
     if extra is None:
         return StageOutcome()
     work.lower = extra.value
     return StageOutcome((StageReport(budget.name, time.perf_counter() - started, "bound", status="bound",
-                                     bound=extra.value, note=str(extra)),))
+                                     bound=extra.value, budget_cut=budget.cut(), note=str(extra)),))
 
 
 def routing_milp(work: RouteWork, budget: StageBudget) -> StageOutcome:
@@ -175,10 +186,12 @@ def ordering(work: RouteWork, budget: StageBudget) -> StageOutcome:
     started = time.perf_counter()
     routes = routes_from_solution(work.inst, work.model(), work.routing.values)
     problem = transfers_from_routes(work.inst, routes)
-    orders, timing, rule = best_list_schedule(problem, RULES)
+    orders, timing, rule = best_list_schedule(problem, RULES, stop=budget.cut)
     work.add(Candidate(problem, orders, timing, routes), rule)
-    return StageOutcome((StageReport(budget.name, time.perf_counter() - started, "heuristic", timing.makespan,
-                                     status="heuristic", note=f"rule {rule}; {len(problem.transfers)} transfers"),))
+    cut = budget.cut()
+    return StageOutcome((StageReport(budget.name, time.perf_counter() - started, _status(cut), timing.makespan,
+                                     status=_status(cut), budget_cut=cut,
+                                     note=f"rule {rule}; {len(problem.transfers)} transfers" + _cut_note(cut)),))
 
 
 def local_search(work: RouteWork, budget: StageBudget) -> StageOutcome:
@@ -195,18 +208,16 @@ def local_search(work: RouteWork, budget: StageBudget) -> StageOutcome:
     for i in sorted(picks):
         routes = cands[i].routes
         if tries and routes is not None:
-            found = improve_routes(work.inst, routes, max_tries=tries, rules=rules, deadline=budget.deadline())
+            found = improve_routes(work.inst, routes, max_tries=tries, rules=rules, stop=budget.cut)
             moves += found.moves
             stopped = stopped or found.stopped
             searched.append(Candidate(found.problem, found.orders, found.timing, found.routes))
     work.candidates.extend(searched)
     if not searched:
         return StageOutcome()
-    note = f"{moves} moves kept, up to {tries} schedules tried per start"
-    status = "stopped" if stopped else "heuristic"
-    return StageOutcome((StageReport(budget.name, time.perf_counter() - started, status, work.incumbent,
-                                     status=status, budget_cut=stopped,
-                                     note=note + ("; stopped at its share of the budget" if stopped else "")),))
+    note = f"{moves} moves kept, up to {tries} schedules tried per start" + _cut_note(stopped)
+    return StageOutcome((StageReport(budget.name, time.perf_counter() - started, _status(stopped), work.incumbent,
+                                     status=_status(stopped), budget_cut=stopped, note=note),))
 
 
 def group_patterns(work: RouteWork, budget: StageBudget) -> StageOutcome:
@@ -235,12 +246,10 @@ def group_patterns(work: RouteWork, budget: StageBudget) -> StageOutcome:
     if not inst.groupable:
         return StageOutcome()
     cut = budget.cut()
-    status = "stopped" if cut else "heuristic"
     note = (f"inter-node groups for {len(work.candidates)} candidate schedules"
-            + ("; patterns skipped: a schedule is at the lower bound" if at_bound else "")
-            + ("; stopped at its share of the budget" if cut else ""))
-    return StageOutcome((StageReport(budget.name, time.perf_counter() - started, status, work.incumbent,
-                                     status=status, budget_cut=cut, note=note),))
+            + ("; patterns skipped: a schedule is at the lower bound" if at_bound else "") + _cut_note(cut))
+    return StageOutcome((StageReport(budget.name, time.perf_counter() - started, _status(cut), work.incumbent,
+                                     status=_status(cut), budget_cut=cut, note=note),))
 
 
 def group_spread(work: RouteWork, budget: StageBudget) -> StageOutcome:
@@ -250,17 +259,23 @@ def group_spread(work: RouteWork, budget: StageBudget) -> StageOutcome:
     started = time.perf_counter()
     total = work.clock.total
     found = respread_groups(work.inst, best.routes, best.problem, best.orders, solver=work.solver, lower=work.lower,
-                            deadline=budget.deadline(),
+                            stop=budget.cut, seconds_left=budget.seconds_left,
                             solve_seconds=None if total is None else work.parameters.spread_solve_share * total)
     if found is not None:
         work.best = Candidate(found.problem, found.orders, found.timing, found.routes)
     cut = budget.cut()
-    status = "stopped" if cut else "heuristic"
     note = ("improved" if found is not None else "no better cut found") + (
-        "" if found is None else f"; {found.tried} cuts tried, {found.solves} spread MILPs solved") + (
-        "; stopped at its share of the budget" if cut else "")
-    return StageOutcome((StageReport(budget.name, time.perf_counter() - started, status, work.incumbent,
-                                     status=status, solver=work.solver, budget_cut=cut, note=note),))
+        "" if found is None else f"; {found.tried} cuts tried, {found.solves} spread MILPs solved") + _cut_note(cut)
+    return StageOutcome((StageReport(budget.name, time.perf_counter() - started, _status(cut), work.incumbent,
+                                     status=_status(cut), solver=work.solver, budget_cut=cut, note=note),))
+
+
+def _status(cut: bool) -> str:
+    return "stopped" if cut else "heuristic"
+
+
+def _cut_note(cut: bool) -> str:
+    return "; stopped at its share of the budget" if cut else ""
 
 
 def _solver_report(name: str, result: SolveResult, extra_seconds: float, note: str,

@@ -11,7 +11,6 @@ search is deterministic and its cost predictable."""
 from __future__ import annotations
 
 import heapq
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 from collsynth.encodings.milp_instance import Arc, RoutingInstance
 from collsynth.encodings.milp_ordering import Orders, ScheduleProblem, Timing
 from collsynth.encodings.taccl_milp import Routes, RoutingError, check_routes, transfers_from_routes
-from collsynth.synth.milp.ordering import RULES, TIE_US, best_list_schedule
+from collsynth.synth.milp.ordering import RULES, TIE_US, Stop, best_list_schedule, never
 
 CRITICAL_TRANSFERS = 6  # the latest-arriving transfers whose chains the local search re-parents
 # congestion-aware trees: a re-timed heap entry later than its key by more than this (us) is pushed back
@@ -193,19 +192,19 @@ class Searched:
     timing: Timing
     moves: int
     tried: int
-    stopped: bool = False  # the deadline ended the search
+    stopped: bool = False  # the stage's clock ended the search
 
 
 def improve_routes(inst: RoutingInstance, routes: Routes, *, max_tries: int = 200,
-                   rules: tuple[str, ...] = RULES, deadline: float | None = None) -> Searched:
-    """First-improvement descent over single re-parenting moves (module docstring); stops early at
-    `deadline` (a time.perf_counter() value), keeping the best routes found."""
+                   rules: tuple[str, ...] = RULES, stop: Stop = never) -> Searched:
+    """First-improvement descent over single re-parenting moves (module docstring); stops early when `stop()`
+    says so (asked before every move tried), keeping the best routes found."""
     problem = transfers_from_routes(inst, routes)
-    orders, timing, _ = best_list_schedule(problem, rules)
+    orders, timing, _ = best_list_schedule(problem, rules, stop=stop)
     tried = moves = 0
     improved = True
     while improved and tried < max_tries:
-        if deadline is not None and time.perf_counter() >= deadline:
+        if stop():
             return Searched(routes, problem, orders, timing, moves, tried, stopped=True)
         improved = False
         for c, d in _critical_pairs(problem, timing, routes):
@@ -216,7 +215,7 @@ def improve_routes(inst: RoutingInstance, routes: Routes, *, max_tries: int = 20
             for u, v in inst.chunks[c].arcs:
                 if v != d or u == parent.get(d) or u in below or u not in holders:
                     continue
-                if tried >= max_tries or (deadline is not None and time.perf_counter() >= deadline):
+                if tried >= max_tries or stop():
                     break
                 tried += 1
                 new_tree = tuple(sorted((a if a[1] != d else (u, d)) for a in tree))
@@ -225,16 +224,15 @@ def improve_routes(inst: RoutingInstance, routes: Routes, *, max_tries: int = 20
                 except RoutingError:
                     continue
                 cand_problem = transfers_from_routes(inst, candidate)
-                cand_orders, cand_timing, _ = best_list_schedule(cand_problem, rules)
+                cand_orders, cand_timing, _ = best_list_schedule(cand_problem, rules, stop=stop)
                 if cand_timing.makespan < timing.makespan - TIE_US:
                     routes, problem, orders, timing = candidate, cand_problem, cand_orders, cand_timing
                     moves += 1
                     improved = True
                     break
-            if improved or tried >= max_tries or (deadline is not None and time.perf_counter() >= deadline):
+            if improved or tried >= max_tries or stop():
                 break
-    stopped = deadline is not None and time.perf_counter() >= deadline
-    return Searched(routes, problem, orders, timing, moves, tried, stopped)
+    return Searched(routes, problem, orders, timing, moves, tried, stop())
 
 
 def _critical_pairs(problem: ScheduleProblem, timing: Timing, routes: Routes) -> list[tuple[int, int]]:

@@ -42,8 +42,8 @@ class Clock:
         """The time (on `now`'s scale) by which a heuristic must stop to leave `reserve` x the budget."""
         return None if self.total is None else self.started + self.total * (1.0 - reserve)
 
-    def _share(self, reserve: float) -> float | None:
-        # what a MILP stage may take before leaving `reserve` x the budget (None: no budget), less the grace
+    def share(self, reserve: float) -> float | None:
+        """What a MILP stage may take before leaving `reserve` x the budget (None: no budget), less the grace."""
         left = self.left()
         if left is None or self.total is None:
             return None
@@ -51,12 +51,12 @@ class Clock:
 
     def stage_limit(self, reserve: float) -> float | None:
         """The solver limit of a MILP stage that leaves `reserve` x the budget (at least min_stage_seconds)."""
-        share = self._share(reserve)
+        share = self.share(reserve)
         return None if share is None else max(self.min_stage_seconds, share)
 
     def spent(self, reserve: float) -> bool:
         """A MILP stage leaving `reserve` x the budget cannot have min_stage_seconds: skip it."""
-        share = self._share(reserve)
+        share = self.share(reserve)
         return share is not None and share < self.min_stage_seconds
 
     def past(self, deadline: float | None) -> bool:
@@ -94,8 +94,13 @@ class StageBudget:
         return self.clock.deadline(self.reserve)
 
     def cut(self) -> bool:
-        """The stage ran into its deadline."""
+        """The stage ran into its deadline: the `Stop` its searches ask between their steps."""
         return self.clock.past(self.deadline())
+
+    def seconds_left(self) -> float | None:
+        """Solver seconds left to the stage's deadline, less the solver's stop grace (may be <= 0; None: no
+        budget): the `SecondsLeft` of a stage that solves several MILPs."""
+        return self.clock.share(self.reserve)
 
 
 @dataclass(frozen=True)

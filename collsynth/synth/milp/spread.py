@@ -5,13 +5,11 @@ the best. Every result is an ordinary routed schedule, verified by the pipeline 
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from collsynth.encodings.milp_bounds import group_spread_time
 from collsynth.encodings.milp_instance import Arc, RoutingInstance
-from collsynth.encodings.milp_model import stop_grace
 from collsynth.encodings.milp_ordering import Orders, ScheduleError, ScheduleProblem, Timing, evaluate
 from collsynth.encodings.milp_spread import (
     EPS,
@@ -24,7 +22,7 @@ from collsynth.encodings.milp_spread import (
     spread_window,
 )
 from collsynth.encodings.taccl_milp import Routes, RoutingError, check_routes, transfers_from_routes
-from collsynth.synth.milp.ordering import past_deadline, pattern_trials
+from collsynth.synth.milp.ordering import SecondsLeft, Stop, never, pattern_trials, unlimited
 
 # a cut whose estimate is not below the schedule in hand by this share is not solved
 ESTIMATE_MARGIN_REL = 1e-6
@@ -106,19 +104,21 @@ def cut_estimate(inst: RoutingInstance, problem: ScheduleProblem, timing: Timing
 
 
 def respread_groups(inst: RoutingInstance, routes: Routes, problem: ScheduleProblem, orders: Orders, *,
-                    solver: str = "highs", lower: float | None = None, deadline: float | None = None,
-                    max_solves: int = MAX_SPREAD_SOLVES, solve_seconds: float | None = None) -> Respread | None:
+                    solver: str = "highs", lower: float | None = None, stop: Stop = never,
+                    seconds_left: SecondsLeft = unlimited, max_solves: int = MAX_SPREAD_SOLVES,
+                    solve_seconds: float | None = None) -> Respread | None:
     """Try the inter-node group cuts of `pattern_trials` on the schedule (routes, problem, orders), most
     promising first by `cut_estimate`; for each, solve the spread of the last groups in every receiving
     node and splice it in. Returns the best schedule found if it beats the one given, else None.
-    `lower` (a proven bound on every schedule) stops the search on reaching it; at `deadline` (a
-    time.perf_counter() value) it stops and keeps what it has; `solve_seconds` caps each spread MILP."""
+    `lower` (a proven bound on every schedule) stops the search on reaching it; when `stop()` says so it stops
+    and keeps what it has; a spread MILP's limit is `seconds_left()` (the stage clock's time to its deadline,
+    less the solver's stop grace; None: no limit), capped by `solve_seconds`."""
     timing = evaluate(problem, orders)
     best: tuple[Routes, ScheduleProblem, Orders, Timing] | None = None
     best_makespan = timing.makespan
     floor = 0.0 if lower is None else lower
     scored = []
-    for k, (_, trial) in enumerate(pattern_trials(problem, orders, stop=past_deadline(deadline))):
+    for k, (_, trial) in enumerate(pattern_trials(problem, orders, stop=stop)):
         try:
             trial_timing = evaluate(problem, trial)
         except ScheduleError:
@@ -132,10 +132,10 @@ def respread_groups(inst: RoutingInstance, routes: Routes, problem: ScheduleProb
             break
         if best_makespan <= floor * (1 + BOUND_REACHED_REL) + EPS:
             break
-        if deadline is not None and time.perf_counter() >= deadline:
+        if stop():
             break
         tried += 1
-        spreads = _solve_nodes(inst, problem, trial_timing, routes, solver, best_makespan, floor, deadline,
+        spreads = _solve_nodes(inst, problem, trial_timing, routes, solver, best_makespan, floor, seconds_left,
                                solve_seconds)
         solves += sum(1 for _, _, solved in spreads if solved)
         pairs = [(sp, spread) for sp, spread, _ in spreads if spread is not None]
@@ -153,7 +153,7 @@ def respread_groups(inst: RoutingInstance, routes: Routes, problem: ScheduleProb
 
 
 def _solve_nodes(inst: RoutingInstance, problem: ScheduleProblem, timing: Timing, routes: Routes, solver: str,
-                 upper: float, floor: float, deadline: float | None,
+                 upper: float, floor: float, seconds_left: SecondsLeft,
                  solve_seconds: float | None = None) -> list[tuple[SpreadProblem, Spread | None, bool]]:
     """The window of every receiving node, solved once per symmetry orbit (an image of a solved window
     takes the mapped answer). Each entry: (window, its spread or None, whether a MILP was solved)."""
@@ -168,7 +168,7 @@ def _solve_nodes(inst: RoutingInstance, problem: ScheduleProblem, timing: Timing
         if mapped is not None:
             out.append((sp, mapped[0], False))
             continue
-        left = _solve_limit(solver, deadline)
+        left = seconds_left()
         if left is not None and left <= 0:
             break  # past the deadline (or too close to it for CBC to stop in time): the rest keep their trees
         if solve_seconds is not None:
@@ -177,13 +177,6 @@ def _solve_nodes(inst: RoutingInstance, problem: ScheduleProblem, timing: Timing
         solved.append((sp, spread))
         out.append((sp, spread, True))
     return out
-
-
-def _solve_limit(solver: str, deadline: float | None) -> float | None:
-    # limit = deadline - now - grace (CBC's process is stopped up to CBC_STOP_GRACE + CBC_KILL_GRACE late)
-    if deadline is None:
-        return None
-    return deadline - time.perf_counter() - stop_grace(solver)
 
 
 def _map_spread(inst: RoutingInstance, done: SpreadProblem, answer: Spread | None,
