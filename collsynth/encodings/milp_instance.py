@@ -27,6 +27,8 @@ from collsynth.topologies import Topology
 
 Arc = tuple[int, int]
 MB = 1 << 20
+# a symmetry maps every link onto one whose cost is within this (relative, at least 1 us) of its own
+SAME_COST_REL = 1e-9
 
 
 @dataclass(frozen=True)
@@ -264,7 +266,7 @@ def _symmetry(topology: Topology, collective: Collective, sketch: Sketch, chunks
         where = f"sketch field 'symmetry': [offset {offset}, group {size}]"
         for arc, cost in link_cost.items():
             arc_image = (perm[arc[0]], perm[arc[1]])
-            if arc_image not in link_cost or abs(link_cost[arc_image] - cost) > 1e-9 * max(1.0, cost):
+            if arc_image not in link_cost or abs(link_cost[arc_image] - cost) > SAME_COST_REL * max(1.0, cost):
                 raise SketchError(f"{where} is not a symmetry of the topology: link {arc[0]}->{arc[1]} maps to "
                                   f"{arc_image[0]}->{arc_image[1]}, which is missing or costs differently")
         for res in resources:

@@ -38,6 +38,8 @@ from collsynth.schedule.result import ModelSize
 
 INF = math.inf
 FEASIBILITY_TOL = 1e-6
+# a binary column's value counts as 1 above this (solvers return values within their tolerance of 0 or 1)
+CHOSEN = 0.5
 
 
 Key = TypeVar("Key", bound=Hashable)  # what names a column: its index in a model, or a key mapped to one later

@@ -23,6 +23,8 @@ from collsynth.core.errors import CollsynthError
 Arc = tuple[int, int]
 COPY = "copy"
 REDUCE = "reduce"
+# the queue position of a transfer that is not on a budget: never next to another transfer's
+NOT_QUEUED = -9
 
 
 class ScheduleError(CollsynthError):
@@ -194,7 +196,7 @@ def join_candidates(problem: ScheduleProblem, orders: Orders) -> list[tuple[int,
         for prev, nxt in zip(seq, seq[1:], strict=False):
             if prev in problem.transfers[nxt].deps:
                 continue
-            if all(position[r].get(nxt, -9) == position[r].get(prev, -9) + 1 for r in budgets):
+            if all(position[r].get(nxt, NOT_QUEUED) == position[r].get(prev, NOT_QUEUED) + 1 for r in budgets):
                 out.append((prev, nxt))
     return out
 

@@ -14,7 +14,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from collsynth.encodings.milp_model import Lin, MilpModel, ModelSize
+from collsynth.encodings.milp_model import CHOSEN, Lin, MilpModel, ModelSize
 from collsynth.encodings.milp_ordering import Orders, ScheduleProblem, Timing, join_candidates
 
 # big-M = heuristic makespan x (1 + BIG_M_REL) + BIG_M_REL: strictly above every start time
@@ -152,7 +152,7 @@ def schedule_start(problem: ScheduleProblem, sm: ScheduleModel, orders: Orders, 
 
 
 def joins_from_solution(sm: ScheduleModel, values: np.ndarray) -> frozenset[int]:
-    return frozenset(t for t, col in sm.join_col.items() if values[col] > 0.5)
+    return frozenset(t for t, col in sm.join_col.items() if values[col] > CHOSEN)
 
 
 def model_size(model: MilpModel) -> ModelSize:

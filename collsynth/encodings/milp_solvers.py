@@ -45,6 +45,7 @@ SOLVERS = ("cbc", "highs")
 # later it is killed and what it found is lost.
 CBC_STOP_GRACE = 1.0
 CBC_KILL_GRACE = 5.0
+GAP_FLOOR = 1e-12  # a relative gap never divides by less than this (an objective of 0)
 
 
 class SolverError(CollsynthError):
@@ -102,7 +103,7 @@ class SolveResult:
             return None
         if self.status == "optimal":
             return 0.0
-        return max(0.0, (self.objective - self.bound) / max(abs(self.objective), 1e-12))
+        return max(0.0, (self.objective - self.bound) / max(abs(self.objective), GAP_FLOOR))
 
 
 def wait_for_exit(proc: subprocess.Popen[bytes], timeout: float | None) -> bool:

@@ -28,7 +28,7 @@ from types import MappingProxyType
 
 from collsynth.encodings.milp_bounds import group_spread_time
 from collsynth.encodings.milp_instance import Arc, RoutingInstance, arc_adjacency, shortest_times
-from collsynth.encodings.milp_model import Lin, MilpModel, between
+from collsynth.encodings.milp_model import CHOSEN, Lin, MilpModel, between
 from collsynth.encodings.milp_ordering import ScheduleProblem, Timing
 from collsynth.encodings.taccl_milp import Routes
 
@@ -37,6 +37,7 @@ MAX_SPREAD_CHUNKS = 8  # the most chunks one window re-routes (whole arrival gro
 MAX_SPREAD_SOLVES = 6  # the most group cuts whose spread is solved in one call
 MAX_BINARIES = 6000  # a window whose model would need more ordering binaries is left alone
 EPS = 1e-9
+SPREAD_GAP = 1e-6  # relative MIP gap of a spread MILP: it stops within this of the least makespan
 
 Interval = tuple[float, float]
 
@@ -156,11 +157,11 @@ def solve_spread(sp: SpreadProblem, solver: str, *, upper: float, lower: float =
     if built is None:
         return None
     model, x, s = built
-    result = model.solve(solver, time_limit=time_limit, gap=1e-6)
+    result = model.solve(solver, time_limit=time_limit, gap=SPREAD_GAP)
     values = result.values
     if not result.has_solution or values is None or result.objective is None:
         return None
-    trees = tuple(tuple(a for a in sp.arcs_of[i] if (i, a) in x and values[x[i, a]] > 0.5)
+    trees = tuple(tuple(a for a in sp.arcs_of[i] if (i, a) in x and values[x[i, a]] > CHOSEN)
                   for i in range(len(sp.chunks)))
     starts = {(sp.chunks[i], a): float(values[s[i, a]]) for i in range(len(sp.chunks)) for a in trees[i]}
     return Spread(result.status, float(result.objective), trees, MappingProxyType(starts))

@@ -29,7 +29,7 @@ import numpy as np
 
 from collsynth.core.errors import CollsynthError
 from collsynth.encodings.milp_instance import Arc, RoutingInstance, shortest_times
-from collsynth.encodings.milp_model import INF, Lin, MilpModel
+from collsynth.encodings.milp_model import CHOSEN, INF, Lin, MilpModel
 from collsynth.encodings.milp_ordering import COPY, ScheduleProblem, Transfer
 from collsynth.topologies.symmetry import orbits
 
@@ -393,7 +393,7 @@ def routing_start(inst: RoutingInstance, rm: RoutingModel, routes: Routes) -> np
 def routes_from_solution(inst: RoutingInstance, rm: RoutingModel, values: np.ndarray) -> Routes:
     trees = []
     for c, ch in enumerate(inst.chunks):
-        trees.append(tuple(a for a in ch.arcs if values[rm.x_col[(c, a)]] > 0.5))
+        trees.append(tuple(a for a in ch.arcs if values[rm.x_col[(c, a)]] > CHOSEN))
     return check_routes(inst, Routes(tuple(trees)))
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from collsynth.encodings.milp_instance import Arc
 from collsynth.encodings.milp_ordering import (
+    NOT_QUEUED,
     Orders,
     ScheduleError,
     ScheduleProblem,
@@ -257,7 +258,8 @@ def pattern_trials(problem: ScheduleProblem, orders: Orders, *, longest: int = 1
                     pos += size
             # a join needs its pair consecutive on every budget of the link too, and independent
             if any(prev in problem.transfers[nxt].deps or
-                   any(position[r].get(nxt, -9) != position[r].get(prev, -9) + 1 for r in budgets.get(a, ()))
+                   any(position[r].get(nxt, NOT_QUEUED) != position[r].get(prev, NOT_QUEUED) + 1
+                       for r in budgets.get(a, ()))
                    for a in arcs for prev, nxt in zip(orders.links[a], orders.links[a][1:], strict=False)
                    if nxt in joins):
                 continue
@@ -266,7 +268,8 @@ def pattern_trials(problem: ScheduleProblem, orders: Orders, *, longest: int = 1
 
 def pattern_joins(problem: ScheduleProblem, orders: Orders, *, longest: int = 10, keep: int = 4,
                   rules: tuple[str, ...] = RULES, stop: Stop = never) -> tuple[Orders, Timing]:
-    """Try every cut of `pattern_trials`; the `keep` best are list-scheduled again around their groups.
+    """Try every cut of `pattern_trials` (link sequences of at most `longest` transfers); the `keep` best are
+    list-scheduled again around their groups (each re-listing costs a list schedule per rule).
     Returns the best orders found (maybe `orders`). When `stop()` says so it stops trying and keeps what
     it has."""
     best_orders, best = orders, evaluate(problem, orders)

@@ -139,7 +139,9 @@ def synthesize_milp(topology: Topology, collective: str | Collective, sketch: Sk
     `time_limit` is the wall-clock budget of the whole run, in seconds (None: no limit): MILP stages
     share what is left, a stopped stage keeps its best answer, and the result reports the proven gap
     and whether the budget cut a stage short (`MilpResult.time_limited`). Without a binding limit the
-    result is deterministic. `now` is the clock the budget is read on (tests give a fake one)."""
+    result is deterministic. `gap` is the relative MIP gap at which a MILP stage stops and within which a
+    schedule counts as optimal against the proven bound. `now` is the clock the budget is read on (tests
+    give a fake one)."""
     target = _target(topology, collective, sketch, size_bytes, solver, time_limit, root)
     clock = Clock(now(), time_limit, stop_grace(solver), parameters.min_stage_seconds, now)
     run = _Run(topology, target, sketch, size_bytes / sketch.chunkup, solver, gap, clock, parameters)
