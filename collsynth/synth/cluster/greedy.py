@@ -21,7 +21,8 @@ import numpy as np
 
 from collsynth.collectives import Collective, make_collective
 from collsynth.core.enums import Op, Status
-from collsynth.schedule import COPY, REDUCE, Algorithm, Send, Step, SynthesisResult, TimedSends, reversed_sends, verify
+from collsynth.schedule import COPY, REDUCE, Algorithm, Send, Step, SynthesisResult, verify
+from collsynth.schedule.transforms import TimedSends, reversed_sends
 from collsynth.synth.cluster.timexp import MIB, GreedyError, Transfers, run_greedy
 from collsynth.topologies import Topology
 from collsynth.topologies.symmetry import reversed_topology
