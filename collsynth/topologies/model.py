@@ -62,7 +62,7 @@ class Topology:
     links: tuple[Link, ...]
     switches: tuple[Switch, ...] = ()
     # Node index of each rank, for multi-node topologies; None means one node.
-    nodes: tuple[int, ...] | None = None
+    machines: tuple[int, ...] | None = None
     # Ranks that share each NIC (for sketches / NIC-aware encodings); empty when unknown.
     nics: tuple[tuple[int, ...], ...] = ()
     description: str = field(default="", compare=False)
@@ -89,8 +89,8 @@ class Topology:
             if missing:
                 raise TopologyError(f"topology {self.name!r}: switch {switch.name!r} names links {missing[:3]} "
                                     "that the topology does not have")
-        if self.nodes is not None and len(self.nodes) != self.num_ranks:
-            raise TopologyError(f"topology {self.name!r}: 'nodes' has {len(self.nodes)} entries for "
+        if self.machines is not None and len(self.machines) != self.num_ranks:
+            raise TopologyError(f"topology {self.name!r}: 'nodes' has {len(self.machines)} entries for "
                                 f"{self.num_ranks} ranks")
 
     # --- lookups -------------------------------------------------------------------------------
@@ -98,7 +98,7 @@ class Topology:
     def link_map(self) -> Mapping[tuple[int, int], Link]:
         return {(link.src, link.dst): link for link in self.links}
 
-    def link(self, src: int, dst: int) -> Link | None:
+    def link_between(self, src: int, dst: int) -> Link | None:
         return self.link_map.get((src, dst))
 
     def has_link(self, src: int, dst: int) -> bool:
@@ -123,11 +123,11 @@ class Topology:
         return tuple(tuple(sorted(x)) for x in inn)
 
     def node_of(self, rank: int) -> int:
-        return 0 if self.nodes is None else self.nodes[rank]
+        return 0 if self.machines is None else self.machines[rank]
 
     @property
-    def num_nodes(self) -> int:
-        return 1 if self.nodes is None else len(set(self.nodes))
+    def num_machines(self) -> int:
+        return 1 if self.machines is None else len(set(self.machines))
 
     def graph(self) -> nx.DiGraph:
         """A networkx view (edge attributes are the link's fields)."""
@@ -160,7 +160,7 @@ class Topology:
                  "beta_us_per_mb": sw.beta_us_per_mb}
                 for sw in self.switches
             ],
-            "nodes": list(self.nodes) if self.nodes is not None else None,
+            "nodes": list(self.machines) if self.machines is not None else None,
             "nics": [list(nic) for nic in self.nics],
             "description": self.description,
         }
@@ -183,7 +183,7 @@ class Topology:
             for s in doc.switches
         )
         return cls(name=doc.name, num_ranks=doc.num_ranks, links=links, switches=switches,
-                   nodes=tuple(doc.nodes) if doc.nodes is not None else None,
+                   machines=tuple(doc.nodes) if doc.nodes is not None else None,
                    nics=tuple(tuple(nic) for nic in doc.nics), description=doc.description)
 
     def fingerprint(self) -> str:
