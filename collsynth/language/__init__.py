@@ -31,6 +31,7 @@ from collsynth.collectives import Collective as SpecCollective
 from collsynth.language.buffers import Buffer, BufferLike, ThreadblockPolicy, buffer_name, is_scratch
 from collsynth.language.builder import CAPTURE, ChunkRef, ProgramBuilder
 from collsynth.language.collectives import Chunk, Collective, CompatView, ReduceChunk, as_collective
+from collsynth.language.mscclpp import CURRENT_MSCCLPP, MSCCLPPProgram
 from collsynth.language.program import (
     ChunkOp,
     Program,
@@ -41,6 +42,7 @@ from collsynth.language.program import (
     validate_program,
 )
 from collsynth.language.symbolic import SymbolicState, check_postcondition, evaluate, run_symbolic
+from collsynth.language.types import ChannelType, ReplicationPolicy
 from collsynth.topologies import Topology
 
 _CURRENT: ContextVar[MSCCLProgram | None] = ContextVar("collsynth_language_program", default=None)
@@ -90,8 +92,8 @@ class MSCCLProgram:
         return self.builder.protocol
 
     def __enter__(self) -> MSCCLProgram:
-        if _CURRENT.get() is not None:
-            raise ProgramError(f"program {self.name!r}: another MSCCLProgram is already open; close it first "
+        if _CURRENT.get() is not None or CURRENT_MSCCLPP.get() is not None:
+            raise ProgramError(f"program {self.name!r}: another program is already open; close it first "
                                "(or use ProgramBuilder to build programs side by side)")
         self._token = _CURRENT.set(self)
         return self
@@ -166,7 +168,12 @@ def _current(what: str) -> MSCCLProgram:
 
 
 def chunk(rank: int, buffer: Buffer | str, index: int, size: int = 1) -> ChunkRef:
-    """A reference to `size` chunks at (rank, buffer, index) of the open program."""
+    """A reference to `size` chunks at (rank, buffer, index) of the open program (MSCCLProgram or
+    MSCCLPPProgram, as MSCCLang's chunk() serves both)."""
+    mscclpp = CURRENT_MSCCLPP.get()
+    if mscclpp is not None and _CURRENT.get() is None:
+        # an MSCCL++ Ref (language/mscclpp.py); typed as ChunkRef so that MSCCLang programs stay checked
+        return mscclpp.get_ref(rank, buffer, index, size)  # type: ignore[return-value]
     return _current("chunk").builder.chunk(rank, buffer, index, size)
 
 
@@ -181,8 +188,44 @@ def XML(target: str | None = None) -> None:  # noqa: N802 - MSCCLang's name
 
 
 def Check() -> bool:  # noqa: N802 - MSCCLang's name
-    """True if the open program meets its collective's postcondition; prints what is wrong otherwise."""
+    """True if the open program meets its collective's postcondition; prints what is wrong otherwise. An
+    MSCCLPPProgram is checked on its traced chunks, then its execution plan runs in the plan interpreter."""
+    mscclpp = CURRENT_MSCCLPP.get()
+    if mscclpp is not None and _CURRENT.get() is None:
+        if not mscclpp.check():
+            return False
+        result = _run_plan(mscclpp, mscclpp.to_plan())
+        if not result.passed:
+            print(result)
+        return bool(result.passed)
     return _current("Check").check()
+
+
+def _run_plan(program: MSCCLPPProgram, plan: dict[str, Any]) -> Any:
+    from collsynth.runtime.plan import execute_plan
+
+    coll = program.collective if program.instances == 1 else program.collective.split(program.instances)
+    return execute_plan(plan, collective=coll)
+
+
+def checked_mscclpp_plan(program: MSCCLPPProgram) -> dict[str, Any]:
+    """The program's MSCCL++ execution plan, after it passed the plan interpreter (else ProgramError)."""
+    plan = program.to_plan()
+    result = _run_plan(program, plan)
+    if not result.passed:
+        raise ProgramError(f"MSCCL++ program {program.name!r}: its plan fails the plan interpreter: "
+                           f"{str(result).splitlines()[0]}")
+    return plan
+
+
+def Json() -> None:  # noqa: N802 - MSCCLang's name
+    """Print the open MSCCLPPProgram's MSCCL++ execution plan (JSON), checked in the plan interpreter first."""
+    from collsynth.emit.mscclpp import plan_to_json
+
+    program = CURRENT_MSCCLPP.get()
+    if program is None:
+        raise ProgramError("Json() needs an open program: call it inside `with MSCCLPPProgram(...):`")
+    print(plan_to_json(checked_mscclpp_plan(program)).rstrip("\n"))
 
 
 # MSCCLang's remaining public names of `msccl.language` (microsoft/msccl-tools msccl/language/__init__.py),
@@ -194,8 +237,8 @@ def Check() -> bool:  # noqa: N802 - MSCCLang's name
 # - `Print()`: prints the open program's traced operations, one per line (MSCCLang prints its chunk DAG).
 # - `Ref`: MSCCLang's name for the chunk reference that `chunk()` and `copy()` return (our ChunkRef).
 #
-# MSCCLang's MSCCL++ additions (`Json()`, `Ref.put/get/signal/wait`, ChannelType) are not part of this face:
-# collsynth writes MSCCL++ plans from the compiled IR instead (`collsynth export mscclpp`).
+# - MSCCLang's MSCCL++ half (`MSCCLPPProgram`, `Json()`, `Ref.put/get/signal/wait/...`, `ChannelType`,
+#   `ReplicationPolicy`): language/mscclpp.py; `chunk()` and `Check()` serve whichever program is open.
 
 Ref = ChunkRef
 
@@ -222,6 +265,7 @@ def Print() -> None:  # noqa: N802 - MSCCLang's name
 
 
 __all__ = [
+    "ChannelType", "Json", "MSCCLPPProgram", "ReplicationPolicy",
     "Print", "Ref", "create_scratch",
     "Buffer", "Check", "Chunk", "ChunkOp", "ChunkRef", "MSCCLProgram", "Program", "ProgramBuilder",
     "ProgramError", "ProgramOptions", "ReduceChunk", "Slot", "SymbolicState", "ThreadblockPolicy", "XML",
