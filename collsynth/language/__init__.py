@@ -91,6 +91,32 @@ class MSCCLProgram:
     def protocol(self) -> str:
         return self.builder.protocol
 
+    @property
+    def threadblock_policy(self) -> ThreadblockPolicy:
+        return ThreadblockPolicy(self.builder.options.threadblock_policy)
+
+    @property
+    def interleaved_replication(self) -> bool:
+        return self.builder.options.interleaved_replication
+
+    @property
+    def instr_fusion(self) -> bool:
+        return self.builder.options.instr_fusion
+
+    @property
+    def check_xml(self) -> bool:
+        return self.builder.options.check
+
+    @property
+    def dependence_nop(self) -> bool:
+        return self.builder.options.dependence_nop
+
+    @property
+    def buffers(self) -> list[dict[Buffer, list[Any]]]:
+        """MSCCLang's `prog.buffers`: per rank `{Buffer.input: [...], Buffer.output: [...]}` of the chunks traced so
+        far (Chunk, ReduceChunk or None), what a collective's `check(prog)` reads."""
+        return CompatView(self.builder.state).buffers
+
     def __enter__(self) -> MSCCLProgram:
         if _CURRENT.get() is not None or CURRENT_MSCCLPP.get() is not None:
             raise ProgramError(f"program {self.name!r}: another program is already open; close it first "

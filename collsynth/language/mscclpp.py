@@ -81,6 +81,13 @@ class MSCCLPPProgram:
         self.tbs: dict[tuple[int, int], list[DslOp]] = {}
         self._token: Any = None
 
+    @property
+    def buffers(self) -> list[dict[Buffer, list[Any]]]:
+        """MSCCLang's `prog.buffers` (input and output chunks traced so far), as `check(prog)` reads them."""
+        from collsynth.language.collectives import CompatView
+
+        return CompatView(self.state).buffers
+
     def __enter__(self) -> MSCCLPPProgram:
         from collsynth.language import _CURRENT
 
