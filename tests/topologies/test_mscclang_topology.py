@@ -71,3 +71,18 @@ def test_matrix_round_trip(matrix: list[list[int]]) -> None:
 def test_builder_topologies_match_mscclang_counts() -> None:
     assert sum(1 for _ in fully_connected(5).bandwidth_constraints()) == 20
     assert sorted(ring(5).destinations(0)) == [1, 4]
+
+
+def test_transformers_reverse_and_binarize() -> None:
+    from collsynth.topologies import binarize_topology, reverse_topology
+
+    topo = Topology("t", [[0, 3, 0], [1, 0, 2], [0, 0, 0]], [([0], [1], 1, "s")])
+    back = reverse_topology(topo)
+    assert back.name == "Reverset" and [tuple(s) for s in back.switches] == [([1], [0], 1, "s_reversed")]
+    for src in range(3):
+        for dst in range(3):
+            assert back.link(src, dst) == topo.link(dst, src)
+    flat = binarize_topology(dgx1())
+    assert flat.name == f"Binarized{dgx1().name}"
+    assert flat.switches == () and {flat.link(0, d) for d in flat.destinations(0)} == {1}
+    assert list(flat.destinations(0)) == list(dgx1().destinations(0))
