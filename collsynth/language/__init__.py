@@ -42,7 +42,7 @@ from collsynth.language.program import (
     validate_program,
 )
 from collsynth.language.symbolic import SymbolicState, check_postcondition, evaluate, run_symbolic
-from collsynth.language.types import ChannelType, ReplicationPolicy
+from collsynth.language.types import ChannelType, ChunkInstruction, Instruction, ReplicationPolicy
 from collsynth.topologies import Topology
 
 _CURRENT: ContextVar[MSCCLProgram | None] = ContextVar("collsynth_language_program", default=None)
@@ -130,6 +130,20 @@ class MSCCLProgram:
             self._token = None
         if exc_type is None:
             self.builder.build()  # hands the program to `collsynth compile` when it runs this file
+
+    def get_ref(self, rank: int, buffer: Buffer | str, index: int, size: int = 1) -> ChunkRef:
+        """MSCCLang: a reference to `size` chunks at (rank, buffer, index) (what chunk() returns)."""
+        return self.builder.chunk(rank, buffer, index, size)
+
+    def get_chunks(self, rank: int, buffer: Buffer, index: int, size: int = 1) -> list[Any]:
+        """MSCCLang: the chunks (Chunk, ReduceChunk or None) at (rank, buffer, index .. index + size - 1)."""
+        held = self.buffers[rank].get(buffer) or []
+        return [held[i] if 0 <= i < len(held) else None for i in range(index, index + size)]
+
+    def print_chunk_dag(self) -> None:
+        """MSCCLang's Print(): the traced operations, one per line."""
+        for op in self.builder.ops:
+            print(op)
 
     def program(self) -> Program:
         """The frozen Program traced so far."""
@@ -286,12 +300,11 @@ def create_scratch(rank: int, name: BufferLike) -> BufferLike:
 
 def Print() -> None:  # noqa: N802 - MSCCLang's name
     """Print the open program's traced operations, one per line."""
-    for op in _current("Print").builder.ops:
-        print(op)
+    _current("Print").print_chunk_dag()
 
 
 __all__ = [
-    "ChannelType", "Json", "MSCCLPPProgram", "ReplicationPolicy",
+    "ChannelType", "ChunkInstruction", "Instruction", "Json", "MSCCLPPProgram", "ReplicationPolicy",
     "Print", "Ref", "create_scratch",
     "Buffer", "Check", "Chunk", "ChunkOp", "ChunkRef", "MSCCLProgram", "Program", "ProgramBuilder",
     "ProgramError", "ProgramOptions", "ReduceChunk", "Slot", "SymbolicState", "ThreadblockPolicy", "XML",
