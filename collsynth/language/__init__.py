@@ -76,8 +76,9 @@ class MSCCLProgram:
         return self.builder.topology
 
     @property
-    def collective(self) -> SpecCollective:
-        return self.builder.collective
+    def collective(self) -> SpecCollective | Collective:
+        """MSCCLang's `prog.collective`: the collective object the program was given."""
+        return self.compat if self.compat is not None else self.builder.collective
 
     @property
     def num_ranks(self) -> int:
@@ -191,7 +192,7 @@ class MSCCLProgram:
         from collsynth.runtime import execute
 
         ir = self.lower()
-        coll = instance_collective(self.collective, self.instances)
+        coll = instance_collective(self.builder.collective, self.instances)
         exact = self.compat is None or not self.compat.has_custom_check()
         nbytes = coll.input_chunks * CHECK_CHUNK_ELEMS * 4
         result = execute(ir, backend="cpu", nbytes=nbytes, dtype="float32", collective=coll, postcondition=exact)
@@ -244,7 +245,7 @@ def Check() -> bool:  # noqa: N802 - MSCCLang's name
 def _run_plan(program: MSCCLPPProgram, plan: dict[str, Any]) -> Any:
     from collsynth.runtime.plan import execute_plan
 
-    coll = program.collective if program.instances == 1 else program.collective.split(program.instances)
+    coll = program.spec if program.instances == 1 else program.spec.split(program.instances)
     return execute_plan(plan, collective=coll)
 
 
@@ -260,12 +261,10 @@ def checked_mscclpp_plan(program: MSCCLPPProgram) -> dict[str, Any]:
 
 def Json() -> None:  # noqa: N802 - MSCCLang's name
     """Print the open MSCCLPPProgram's MSCCL++ execution plan (JSON), checked in the plan interpreter first."""
-    from collsynth.emit.mscclpp import plan_to_json
-
     program = CURRENT_MSCCLPP.get()
     if program is None:
         raise ProgramError("Json() needs an open program: call it inside `with MSCCLPPProgram(...):`")
-    print(plan_to_json(checked_mscclpp_plan(program)).rstrip("\n"))
+    print(program.generate_json().rstrip("\n"))
 
 
 # MSCCLang's remaining public names of `msccl.language` (microsoft/msccl-tools msccl/language/__init__.py),

@@ -23,6 +23,7 @@ Every named scratch buffer of a rank gets its own range of the plan's one scratc
 
 from __future__ import annotations
 
+import json
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,8 +68,9 @@ class MSCCLPPProgram:
             raise ProgramError(f"MSCCLPPProgram {name!r}: instances must be an integer >= 1, got {instances!r}")
         self.name, self.topo, self.instances, self.protocol = name, topo, instances, protocol
         self.compat = collective if isinstance(collective, Collective) else None
-        self.collective = as_collective(collective)
-        self.num_ranks = self.collective.num_ranks
+        self.collective = collective  # MSCCLang's prog.collective: the object given
+        self.spec = as_collective(collective)  # what the plan computes
+        self.num_ranks = self.spec.num_ranks
         if topo.num_ranks != self.num_ranks:
             raise ProgramError(f"MSCCLPPProgram {name!r}: topology {topo.name} has {topo.num_ranks} ranks but the "
                                f"collective has {self.num_ranks}")
@@ -76,7 +78,7 @@ class MSCCLPPProgram:
         self.num_threads_per_block = num_threads_per_block
         self.use_double_scratch_buffer = use_double_scratch_buffer or protocol == "LL"
         self.min_message_size, self.max_message_size = min_message_size, max_message_size
-        self.state = SymbolicState(self.collective)
+        self.state = SymbolicState(self.spec)
         self.scratch: list[dict[str, int]] = [{} for _ in range(self.num_ranks)]
         self.tbs: dict[tuple[int, int], list[DslOp]] = {}
         self._token: Any = None
@@ -112,7 +114,7 @@ class MSCCLPPProgram:
             raise ProgramError(str(exc)) from None
         if not isinstance(index, int) or index < 0 or not isinstance(size, int) or size < 1:
             raise ProgramError(f"rank {rank} {name}[{index!r}] size {size!r}: index must be >= 0 and size >= 1")
-        name, index = alias_slot(self.collective, rank, name, index)
+        name, index = alias_slot(self.spec, rank, name, index)
         if is_scratch(name):
             have = self.scratch[rank].get(name, 0)
             if creating:
@@ -120,9 +122,9 @@ class MSCCLPPProgram:
             elif index + size > have:
                 raise ProgramError(f"rank {rank} scratch buffer {name!r} has {have} chunks; [{index}:{index + size}] "
                                    "reads past it (put or copy into it first)")
-        elif index + size > buffer_size(self.collective, name):
+        elif index + size > buffer_size(self.spec, name):
             raise ProgramError(f"{name}[{index}:{index + size}] is outside rank {rank}'s {name} buffer "
-                               f"({buffer_size(self.collective, name)} chunks)")
+                               f"({buffer_size(self.spec, name)} chunks)")
         return Slot(rank, name, index, size)
 
     def get_ref(self, rank: int, buffer: BufferLike, index: int, size: int = 1) -> Ref:
@@ -167,6 +169,16 @@ class MSCCLPPProgram:
         for line in problems:
             print(line)
         return not problems
+
+    def lower(self) -> dict[str, Any]:
+        """MSCCLang's lower(): the execution plan (not yet checked; generate_json() checks it)."""
+        return self.to_plan()
+
+    def generate_json(self) -> str:
+        """MSCCLang's generate_json(): the plan as JSON text, after it passed the plan interpreter."""
+        from collsynth.language import checked_mscclpp_plan
+
+        return json.dumps(checked_mscclpp_plan(self), indent=2) + "\n"
 
     def to_plan(self) -> dict[str, Any]:
         """The MSCCL++ execution plan (JSON-ready) of the traced program; check it with the plan interpreter."""
@@ -326,7 +338,7 @@ class Ref:
         content = self.prog.state.slots.get((self.rank, self.slot.buffer, self.index + index))
         if content is None or len(content) != 1:
             raise ProgramError(f"{self}: chunk {index} holds {self.prog.state.describe(content)}, not one input chunk")
-        return divmod(content[0], self.prog.collective.input_chunks)
+        return divmod(content[0], self.prog.spec.input_chunks)
 
     def get_origin_rank(self, index: int = 0) -> int:
         return self._origin(index)[0]
@@ -335,7 +347,7 @@ class Ref:
         return self._origin(index)[1]
 
     def _destination(self, index: int) -> tuple[int, int]:
-        coll = self.prog.collective
+        coll = self.prog.spec
         chunk = coll.input_chunk(*self._origin(index))
         if chunk is None:
             return -1, -1

@@ -43,7 +43,7 @@ class _Layout:
             self.scratch_chunks.append(at)
 
     def size_of(self, rank: int, buffer: str) -> int:
-        coll = self.prog.collective
+        coll = self.prog.spec
         if buffer == INPUT:
             return coll.input_chunks
         return coll.output_chunks if buffer == OUTPUT else self.prog.scratch[rank][buffer]
@@ -118,7 +118,7 @@ class _Gpu:
         return self.remote.index(key)
 
     def json(self, layout: _Layout, tbs: list[dict[str, Any]]) -> dict[str, Any]:
-        coll = layout.prog.collective
+        coll = layout.prog.spec
         return {
             "id": self.rank, "input_chunks": coll.input_chunks * layout.instances,
             "output_chunks": coll.output_chunks * layout.instances,
@@ -182,7 +182,7 @@ def lower_plan(prog: MSCCLPPProgram) -> dict[str, Any]:
         count = max((tb + 1 for r, tb in tbs if r == rank), default=0)
         blocks = [_tb_json(gpu, tb, tbs.get((rank, tb), []), layout) for tb in range(count)]
         gpus.append(gpu.json(layout, blocks))
-    coll = prog.collective
+    coll = prog.spec
     return {
         "name": prog.name, "collective": coll.name, "protocol": prog.protocol, "inplace": coll.inplace,
         "reuse_resources": False, "use_double_scratch_buffer": prog.use_double_scratch_buffer,

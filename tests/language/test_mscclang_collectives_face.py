@@ -4,6 +4,8 @@ and `prog.buffers` / the MSCCLProgram keyword attributes (programs written in MS
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from collsynth.language import (
@@ -91,6 +93,7 @@ def test_builtin_check_reads_prog_buffers(capsys: pytest.CaptureFixture[str]) ->
         assert "incorrect" in capsys.readouterr().out
         assert prog.buffers[1][Buffer.output][0] == Chunk(0, 0) and prog.buffers[0][Buffer.output][2] is None
         assert prog.threadblock_policy is ThreadblockPolicy.manual and prog.check_xml and prog.instr_fusion
+        assert prog.collective is coll  # MSCCLang: the collective object the program was given
     with MSCCLProgram("whole", ring(n), coll, 1) as prog:
         ring_allgather(n, n)
         assert coll.check(prog) and Check()
@@ -120,4 +123,5 @@ def test_sendrecv_program_in_both_dsls() -> None:
             chunk(r, Buffer.input, 0, 2).signal(1 - r, Buffer.output, 0, sendtb=0)
         for r in range(2):
             chunk(r, Buffer.output, 0, 2).wait(1 - r, Buffer.input, 0, recvtb=0)
-        assert prog.collective.num_ranks == 2 and Check()
+        assert isinstance(prog.collective, SendRecv) and Check()
+        assert json.loads(prog.generate_json())["gpus"][1]["id"] == 1

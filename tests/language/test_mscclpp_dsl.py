@@ -50,7 +50,7 @@ def test_allgather_with_put_signal_wait_passes_the_plan_interpreter(capsys: pyte
         Json()
         plan = json.loads(capsys.readouterr().out)
     check_plan(plan)
-    assert execute_plan(plan, collective=prog.collective).passed
+    assert execute_plan(plan, collective=prog.spec).passed
     ops = [op["name"] for gpu in plan["gpus"] for tb in gpu["threadblocks"] for op in tb["ops"]]
     assert "pws" in ops and "put" not in ops  # put + signal on one channel fused, as MSCCLang's optimizer does
 
