@@ -31,7 +31,7 @@ from collsynth.collectives import Collective as SpecCollective
 from collsynth.language.buffers import Buffer, BufferLike, ThreadblockPolicy, buffer_name, is_scratch
 from collsynth.language.builder import CAPTURE, ChunkRef, ProgramBuilder
 from collsynth.language.collectives import Chunk, Collective, CompatView, ReduceChunk, as_collective
-from collsynth.language.mscclpp import CURRENT_MSCCLPP, MSCCLPPProgram
+from collsynth.language.mscclpp import CURRENT_MSCCLPP, MSCCLPPProgram, rank
 from collsynth.language.program import (
     ChunkOp,
     Program,
@@ -303,7 +303,7 @@ def Print() -> None:  # noqa: N802 - MSCCLang's name
 
 
 __all__ = [
-    "ChannelType", "ChunkInstruction", "Instruction", "Json", "MSCCLPPProgram", "ReplicationPolicy",
+    "ChannelType", "ChunkInstruction", "Instruction", "Json", "MSCCLPPProgram", "ReplicationPolicy", "rank",
     "Print", "Ref", "create_scratch",
     "Buffer", "Check", "Chunk", "ChunkOp", "ChunkRef", "MSCCLProgram", "Program", "ProgramBuilder",
     "ProgramError", "ProgramOptions", "ReduceChunk", "Slot", "SymbolicState", "ThreadblockPolicy", "XML",

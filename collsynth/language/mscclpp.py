@@ -5,9 +5,10 @@
 Semantics, as MSCCLang's MSCCL++ DSL defines them (our code):
 * every op runs on the threadblock the program names (`sendtb` for put/signal/flush/copy, `recvtb` for
   get/wait/reduce; -1 means threadblock 0), in program order;
-* a channel is identified by (the two ranks, the threadblock, the channel type): a `signal` on threadblock t
-  of rank a to rank b is taken by a `wait` on threadblock t of rank b from rank a (MSCCLang's rule that a
-  signal/wait or put/get pair uses the same threadblock index on both sides);
+* channels pair in threadblock order: the k-th threadblock of rank a that uses a channel of a type to rank b
+  holds a's k-th such channel, the partner of b's k-th channel to a (so a `signal` on it is taken by a `wait`
+  on the k-th of b's threadblocks that use a channel to a); MSCCLang's programs mostly use the same
+  threadblock index on both sides, which this pairs;
 * `put(dst, buffer, index)` writes this chunk into rank dst's buffer (no buffer and index: the same place
   as here; a scratch buffer and no index: appended); `get(src, ...)` reads rank src's chunk into this one;
   `reduce(other)` adds `other` in (a remote `other` is read through the channel); `put_packet` writes LL
@@ -34,7 +35,7 @@ from collsynth.language.collectives import Collective, as_collective
 from collsynth.language.program import ProgramError, Slot, alias_slot, buffer_size
 from collsynth.language.symbolic import SymbolicState
 from collsynth.language.types import PLAN_CHANNEL, ChannelType, ReplicationPolicy
-from collsynth.topologies import Topology
+from collsynth.topologies import Topology, fully_connected
 
 CURRENT_MSCCLPP: ContextVar[MSCCLPPProgram | None] = ContextVar("collsynth_mscclpp_program", default=None)
 
@@ -49,12 +50,14 @@ class DslOp:
     peer: int | None
     srcs: list[tuple[int, str, int, int]] = field(default_factory=list)
     dsts: list[tuple[int, str, int, int]] = field(default_factory=list)
+    barrier: tuple[int, ...] = ()  # a barrier's threadblocks (DSL numbering)
 
 
 class MSCCLPPProgram:
-    """`with MSCCLPPProgram(name, topology, collective, instances, protocol, ...):` then `chunk()` and `Json()`."""
+    """`with MSCCLPPProgram(name, topology, collective, instances, protocol, ...):` then `chunk()` and `Json()`.
+    `topology` may also be the rank count, as newer MSCCLang versions pass it (then any rank reaches any other)."""
 
-    def __init__(self, name: str, topo: Topology, collective: Spec | Collective, instances: int = 1,
+    def __init__(self, name: str, topo: Topology | int, collective: Spec | Collective, instances: int = 1,
                  protocol: str = "Simple", instr_fusion: bool = True,
                  replication_policy: ReplicationPolicy = ReplicationPolicy.duplicated,
                  num_threads_per_block: int = 1024, use_double_scratch_buffer: bool = False,
@@ -66,6 +69,8 @@ class MSCCLPPProgram:
                                "interleaved or duplicated")
         if not isinstance(instances, int) or instances < 1:
             raise ProgramError(f"MSCCLPPProgram {name!r}: instances must be an integer >= 1, got {instances!r}")
+        if isinstance(topo, int):  # newer MSCCLang passes the rank count: every rank reaches every other
+            topo = fully_connected(topo)
         self.name, self.topo, self.instances, self.protocol = name, topo, instances, protocol
         self.compat = collective if isinstance(collective, Collective) else None
         self.collective = collective  # MSCCLang's prog.collective: the object given
@@ -157,6 +162,11 @@ class MSCCLPPProgram:
             raise ProgramError(f"threadblock {tb!r}: give an integer >= 0 (or -1 for threadblock 0)")
         self.tbs.setdefault((rank, max(tb, 0)), []).append(op)
 
+    def get_rank_ref(self, rank: int) -> RankRef:
+        if not isinstance(rank, int) or not 0 <= rank < self.num_ranks:
+            raise ProgramError(f"rank {rank!r} is outside 0..{self.num_ranks - 1}")
+        return RankRef(rank, self)
+
     def check(self) -> bool:
         """MSCCLang's check: the collective's own `check(prog)` for a custom one, else the postcondition on the
         traced chunks (prints what is wrong)."""
@@ -185,6 +195,30 @@ class MSCCLPPProgram:
         from collsynth.language.mscclpp_plan import lower_plan
 
         return lower_plan(self)
+
+
+@dataclass
+class RankRef:
+    """MSCCLang's `rank(r)`: rank-wide operations of an MSCCL++ program."""
+
+    rank: int
+    prog: MSCCLPPProgram
+
+    def barrier(self, tb_list: list[int]) -> None:
+        """Every threadblock in `tb_list` waits here until all of them have arrived."""
+        tbs = tuple(sorted(set(tb_list)))
+        if not tbs or any(not isinstance(t, int) or t < 0 for t in tbs):
+            raise ProgramError(f"rank {self.rank}: barrier needs a list of threadblock ids >= 0, got {tb_list!r}")
+        for tb in tbs:
+            self.prog.record(self.rank, tb, DslOp("barrier", "none", None, barrier=tbs))
+
+
+def rank(rank: int) -> RankRef:
+    """MSCCLang: the open MSCCLPPProgram's rank `rank` (for `rank(r).barrier(tb_list)`)."""
+    program = CURRENT_MSCCLPP.get()
+    if program is None:
+        raise ProgramError("rank() needs an open program: call it inside `with MSCCLPPProgram(...):`")
+    return program.get_rank_ref(rank)
 
 
 def _operand(slot: Slot) -> tuple[int, str, int, int]:
@@ -376,4 +410,5 @@ def Json() -> None:  # noqa: N802 - MSCCLang's name (msccl.language.mscclpp.Json
 
     print_json()
 
-__all__ = ["ChannelType", "DslOp", "Json", "MSCCLPPProgram", "Ref", "ReplicationPolicy", "current_mscclpp"]
+__all__ = ["ChannelType", "DslOp", "Json", "MSCCLPPProgram", "RankRef", "Ref", "ReplicationPolicy", "current_mscclpp",
+           "rank"]

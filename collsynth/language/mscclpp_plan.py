@@ -4,9 +4,10 @@ that collsynth.emit.mscclpp_schema checks and collsynth.runtime.plan runs.
 * instances: each threadblock t is repeated as t * instances + k; chunk indices follow the ReplicationPolicy
   (interleaved: index * instances + k * size; duplicated: index + k * buffer size);
 * fusion (instr_fusion): put, signal on the same channel -> pws; pws, flush on a port channel -> pwsf;
-* channels: for every pair of ranks and channel type, one channel per threadblock index that either side uses
-  with the other, declared on both ranks in threadblock order, so the k-th channel from a to b pairs with the
-  k-th from b to a (the plan's pairing rule) and threadblock t's signal meets threadblock t's wait;
+* channels: the k-th threadblock (by id) of rank a that reaches rank b over a channel type uses a's k-th
+  channel to b, which the plan pairs with b's k-th channel to a (the executor's pairing rule), i.e. with the
+  k-th of b's threadblocks that reach a: so a signal meets the wait of the peer threadblock of the same rank
+  in that order (MSCCLang's programs mostly use the same threadblock index on both sides);
 * buffers: input "i", output "o"; the named scratch buffers of a rank lie one after the other in "s".
 """
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from collsynth.language.mscclpp import DslOp, MSCCLPPProgram
 
 Operand = tuple[int, str, int, int]
+MAX_BARRIERS = 16  # the executor's device syncers (MAX_DEVICE_SYNCERS)
 _REMOTE_SRC = {"get": 0, "rre": 1}  # which source operand is read from the peer
 _REMOTE_DST = ("put", "ppkt", "pws", "pwsf")
 
@@ -86,30 +88,48 @@ def _replicated(prog: MSCCLPPProgram) -> dict[tuple[int, int], list[tuple[DslOp,
     return out
 
 
-def _channel_table(tbs: dict[tuple[int, int], list[tuple[DslOp, int]]]) -> dict[tuple[str, int, int], list[int]]:
-    """(kind, low rank, high rank) -> the threadblock indices that carry a channel between the two ranks."""
-    table: dict[tuple[str, int, int], set[int]] = {}
+def _channel_table(tbs: dict[tuple[int, int], list[tuple[DslOp, int]]]) -> dict[tuple[int, str, int], list[int]]:
+    """(rank, kind, peer) -> the threadblocks of `rank` that use a channel of `kind` to `peer`, in order."""
+    table: dict[tuple[int, str, int], set[int]] = {}
     for (rank, tb), ops in tbs.items():
         for op, _ in ops:
             if op.peer is not None and op.kind in ("memory", "port"):
-                table.setdefault((op.kind, min(rank, op.peer), max(rank, op.peer)), set()).add(tb)
+                table.setdefault((rank, op.kind, op.peer), set()).add(tb)
     return {key: sorted(value) for key, value in table.items()}
 
 
 class _Gpu:
-    """One rank's plan: its channels (from the pair table) and remote buffers, and its threadblocks' refs."""
+    """One rank's plan: its channels and remote buffers, and its threadblocks' refs. The k-th threadblock (in
+    id order) of a rank that talks to a peer over a channel type uses that rank's k-th channel to the peer,
+    which the plan pairs with the peer's k-th channel back; both ranks declare as many channels as the busier
+    side needs."""
 
-    def __init__(self, rank: int, table: dict[tuple[str, int, int], list[int]]) -> None:
+    def __init__(self, rank: int, table: dict[tuple[int, str, int], list[int]]) -> None:
         self.rank = rank
-        self.channels: list[tuple[str, int, int]] = []  # (kind, peer, tb)
-        for (kind, low, high), tbs in sorted(table.items()):
-            if rank in (low, high):
-                self.channels += [(kind, high if rank == low else low, tb) for tb in tbs]
-        self.channels.sort()
+        self.users: dict[tuple[str, int], list[int]] = {}
+        counts: dict[tuple[str, int], int] = {}
+        for (owner, kind, peer), users in table.items():
+            if owner == rank:
+                self.users[(kind, peer)] = users
+                counts[(kind, peer)] = max(counts.get((kind, peer), 0), len(users))
+            elif peer == rank:
+                counts[(kind, owner)] = max(counts.get((kind, owner), 0), len(users))
+        self.channels = sorted((kind, peer, k) for (kind, peer), count in counts.items() for k in range(count))
         self.remote: list[tuple[int, str, str]] = []
+        self.barriers: dict[tuple[int, ...], int] = {}
+
+    def barrier_id(self, tbs: tuple[int, ...]) -> int:
+        """One device syncer per distinct set of threadblocks that meet at a barrier."""
+        if tbs not in self.barriers:
+            if len(self.barriers) == MAX_BARRIERS:
+                raise ProgramError(f"rank {self.rank}: more than {MAX_BARRIERS} distinct barriers (the executor's "
+                                   "device syncers); reuse threadblock sets")
+            self.barriers[tbs] = len(self.barriers)
+        return self.barriers[tbs]
 
     def channel_id(self, kind: str, peer: int, tb: int) -> int:
-        return [c for c in self.channels if c[0] == kind].index((kind, peer, tb))
+        slot = self.users[(kind, peer)].index(tb)
+        return [c for c in self.channels if c[0] == kind].index((kind, peer, slot))
 
     def remote_id(self, owner: int, buffer: str, kind: str) -> int:
         key = (owner, buffer, kind)
@@ -149,6 +169,9 @@ def _tb_json(gpu: _Gpu, tb: int, ops: list[tuple[DslOp, int]], layout: _Layout) 
     out = []
     for op, k in ops:
         entry: dict[str, Any] = {"name": op.name, "channel_type": op.kind}
+        if op.barrier:
+            members = tuple(t * layout.instances + k for t in op.barrier)
+            entry["barrier_id"], entry["num_threadblocks"] = gpu.barrier_id(members), len(members)
         if op.peer is not None and op.kind in ("memory", "port"):
             gid = gpu.channel_id(op.kind, op.peer, tb)
             used = channels.setdefault(op.kind, [])

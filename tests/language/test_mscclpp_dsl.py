@@ -18,6 +18,7 @@ from collsynth.language import (
     ProgramError,
     ReplicationPolicy,
     chunk,
+    rank,
 )
 from collsynth.language.collectives import AllGather, AllReduce, ReduceScatter
 from collsynth.language.mscclpp import Json as mscclpp_json
@@ -84,7 +85,8 @@ def test_reading_a_put_before_its_wait_is_a_race(wait: bool, capsys: pytest.Capt
 
 
 def test_mismatched_threadblocks_deadlock() -> None:
-    """MSCCLang's rule: a signal on threadblock t is taken by a wait on threadblock t of the peer."""
+    """Channels pair in threadblock order: rank a's k-th threadblock that talks to b meets b's k-th. Here each
+    rank signals on its first (tb 1) and waits on its second (tb 2), whose partner never signals."""
     with MSCCLPPProgram("pairing", fully_connected(2), AllGather(2, 1, False), 1):
         for r in range(2):
             c = chunk(r, Buffer.input, 0)
@@ -94,6 +96,36 @@ def test_mismatched_threadblocks_deadlock() -> None:
         for r in range(2):
             chunk(r, Buffer.output, 1 - r).wait(1 - r, Buffer.input, 0, recvtb=2)
         assert not Check()
+
+
+def test_channels_pair_in_threadblock_order_and_barrier() -> None:
+    """MSCCLang's barrier-separated AllGather style: rank n puts to peer p on threadblock p, all threadblocks meet
+    at a barrier, then signal; rank n waits for peer p on threadblock p (not the sender's index n): the channel
+    of the k-th threadblock pairs with the peer's k-th, as the executor pairs them."""
+    n = 3
+    with MSCCLPPProgram("ag_barrier", n, AllGather(n, 1, False), 2,
+                        replication_policy=ReplicationPolicy.interleaved) as prog:
+        for r in range(n):
+            c = chunk(r, Buffer.input, 0)
+            for p in range(n):
+                if p != r:
+                    c.put(p, Buffer.output, r, sendtb=p)
+                else:
+                    c.copy(r, Buffer.output, r, sendtb=p)
+            rank(r).barrier(tb_list=list(range(n)))
+            for p in range(n):
+                if p != r:
+                    c.signal(p, Buffer.output, r, sendtb=p)
+        for r in range(n):
+            for p in range(n):
+                if p != r:
+                    chunk(r, Buffer.output, p).wait(p, Buffer.input, 0, recvtb=p)
+        assert Check()
+        plan = prog.to_plan()
+    barriers = [op for tb in plan["gpus"][0]["threadblocks"] for op in tb["ops"] if op["name"] == "barrier"]
+    assert len(barriers) == n * 2 and {op["num_threadblocks"] for op in barriers} == {n}
+    assert len({op["barrier_id"] for op in barriers}) == 2  # one device syncer per instance's threadblock set
+    assert prog.topo.num_nodes() == n  # the rank count given instead of a topology: fully connected
 
 
 def test_proxy_channels_across_machines_flush() -> None:
