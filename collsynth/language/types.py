@@ -34,7 +34,8 @@ PLAN_CHANNEL = {ChannelType.sm: "memory", ChannelType.proxy: "port", ChannelType
 class ReplicationPolicy(Enum):
     """How `instances` copies of an MSCCL++ program share the buffers: `interleaved` cuts every chunk into
     `instances` consecutive parts (instance k takes part k), `duplicated` gives instance k the k-th copy of the
-    whole buffer (chunk i of instance k at i + k * buffer size), `packed` (not supported here) makes the
+    whole buffer (chunk i of instance k at i + k * buffer size: fine for AllReduce, but it scatters the ranks'
+    blocks of an AllGather, which the plan interpreter then reports), `packed` (not supported here) makes the
     copies share chunks and channels."""
 
     duplicated = "duplicated"

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from collsynth.emit.mscclpp_schema import check_plan
 from collsynth.language import (
@@ -244,3 +246,46 @@ def test_refusals() -> None:
         MSCCLPPProgram("packed", ring(4), AllGather(4, 1, False), 2, replication_policy=ReplicationPolicy.packed)
     with pytest.raises(ProgramError, match="open program"):
         mscclpp_json()
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(2, 4).flatmap(lambda n: st.tuples(
+    st.just(n), st.lists(st.integers(0, 2), min_size=n * n, max_size=n * n), st.integers(1, 3), st.booleans())))
+def test_any_threadblock_assignment_lowers_to_a_correct_plan(case) -> None:
+    """Property of the lowering: an AllGather through scratch, where the put/signal from a to b and b's wait
+    use one (random) threadblock index, passes the plan interpreter for any assignment, instance count (with
+    interleaved replication) and fusion setting."""
+    n, tbs, instances, fusion = case
+    with MSCCLPPProgram("prop", fully_connected(n), AllGather(n, 1, False), instances,
+                        replication_policy=ReplicationPolicy.interleaved, instr_fusion=fusion) as prog:
+        for r in range(n):
+            c = chunk(r, Buffer.input, 0)
+            c.copy(r, Buffer.output, r, sendtb=tbs[r * n + r])
+            for p in range(n):
+                if p != r:
+                    c.put(p, "landing", r, sendtb=tbs[r * n + p])
+                    c.signal(p, "landing", r, sendtb=tbs[r * n + p])
+        for r in range(n):
+            for p in range(n):
+                if p != r:
+                    landed = chunk(r, "landing", p)
+                    landed.wait(p, Buffer.input, 0, recvtb=tbs[p * n + r])
+                    landed.copy(r, Buffer.output, p, sendtb=tbs[p * n + r])
+        assert prog.check()
+        plan = prog.to_plan()
+    check_plan(plan)
+    result = execute_plan(plan, collective=prog.spec if instances == 1 else prog.spec.split(instances))
+    assert result.passed, str(result)
+
+
+def test_duplicated_replication_scatters_an_allgather() -> None:
+    """ReplicationPolicy.duplicated puts instance k's copy of chunk i at i + k * buffer size: right for an
+    AllReduce (test above), but an AllGather's rank data is no longer contiguous, and the plan interpreter says
+    so (as a real run would compute it)."""
+    with MSCCLPPProgram("dup_ag", fully_connected(2), AllGather(2, 1, False), 2,
+                        replication_policy=ReplicationPolicy.duplicated):
+        for r in range(2):
+            c = chunk(r, Buffer.input, 0)
+            c.copy(r, Buffer.output, r)
+            c.put(1 - r, Buffer.output, r, sendtb=0)
+        assert not Check()
