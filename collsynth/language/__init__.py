@@ -31,6 +31,7 @@ from collsynth.collectives import Collective as SpecCollective
 from collsynth.language.buffers import Buffer, BufferLike, ThreadblockPolicy, buffer_name, is_scratch
 from collsynth.language.builder import CAPTURE, ChunkRef, ProgramBuilder
 from collsynth.language.collectives import Chunk, Collective, CompatView, ReduceChunk, as_collective
+from collsynth.language.context import OPEN_PROGRAM, open_program
 from collsynth.language.mscclpp import CURRENT_MSCCLPP, MSCCLPPProgram, rank
 from collsynth.language.program import (
     ChunkOp,
@@ -64,6 +65,7 @@ class MSCCLProgram:
                                       interleaved_replication=interleaved_replication, aggregate=aggregate,
                                       check=check_xml, dependence_nop=dependence_nop)
         self._token: Token[MSCCLProgram | None] | None = None
+        self._open: Token[str | None] | None = None
         self._lowered: tuple[int, Any] | None = None
 
     # MSCCLang attributes
@@ -119,15 +121,15 @@ class MSCCLProgram:
         return CompatView(self.builder.state).buffers
 
     def __enter__(self) -> MSCCLProgram:
-        if _CURRENT.get() is not None or CURRENT_MSCCLPP.get() is not None:
-            raise ProgramError(f"program {self.name!r}: another program is already open; close it first "
-                               "(or use ProgramBuilder to build programs side by side)")
+        self._open = open_program(self.name)
         self._token = _CURRENT.set(self)
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if self._token is not None:
             _CURRENT.reset(self._token)
+            if self._open is not None:
+                OPEN_PROGRAM.reset(self._open)
             self._token = None
         if exc_type is None:
             self.builder.build()  # hands the program to `collsynth compile` when it runs this file
@@ -264,7 +266,9 @@ def Json() -> None:  # noqa: N802 - MSCCLang's name
     program = CURRENT_MSCCLPP.get()
     if program is None:
         raise ProgramError("Json() needs an open program: call it inside `with MSCCLPPProgram(...):`")
-    print(program.generate_json().rstrip("\n"))
+    from collsynth.emit.mscclpp import plan_to_json
+
+    print(plan_to_json(checked_mscclpp_plan(program)).rstrip("\n"))
 
 
 # MSCCLang's remaining public names of `msccl.language` (microsoft/msccl-tools msccl/language/__init__.py),

@@ -26,31 +26,20 @@ from __future__ import annotations
 
 import json
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from collsynth.collectives import Collective as Spec
 from collsynth.language.buffers import INPUT, OUTPUT, Buffer, BufferLike, buffer_name, is_scratch
 from collsynth.language.collectives import Collective, as_collective
+from collsynth.language.context import OPEN_PROGRAM, open_program
+from collsynth.language.mscclpp_plan import DslOp, lower_plan
 from collsynth.language.program import ProgramError, Slot, alias_slot, buffer_size
 from collsynth.language.symbolic import SymbolicState
 from collsynth.language.types import PLAN_CHANNEL, ChannelType, ReplicationPolicy
 from collsynth.topologies import Topology, fully_connected
 
 CURRENT_MSCCLPP: ContextVar[MSCCLPPProgram | None] = ContextVar("collsynth_mscclpp_program", default=None)
-
-
-@dataclass
-class DslOp:
-    """One traced MSCCL++ instruction: plan op name, channel type, peer, and its buffer operands as
-    (rank, buffer, index, size); an operand on another rank is read or written through the channel."""
-
-    name: str
-    kind: str
-    peer: int | None
-    srcs: list[tuple[int, str, int, int]] = field(default_factory=list)
-    dsts: list[tuple[int, str, int, int]] = field(default_factory=list)
-    barrier: tuple[int, ...] = ()  # a barrier's threadblocks (DSL numbering)
 
 
 class MSCCLPPProgram:
@@ -79,7 +68,8 @@ class MSCCLPPProgram:
         if topo.num_ranks != self.num_ranks:
             raise ProgramError(f"MSCCLPPProgram {name!r}: topology {topo.name} has {topo.num_ranks} ranks but the "
                                f"collective has {self.num_ranks}")
-        self.instr_fusion, self.replication_policy = instr_fusion, replication_policy
+        self.instr_fusion = instr_fusion
+        self.replication_policy: ReplicationPolicy = replication_policy
         self.num_threads_per_block = num_threads_per_block
         self.use_double_scratch_buffer = use_double_scratch_buffer or protocol == "LL"
         self.min_message_size, self.max_message_size = min_message_size, max_message_size
@@ -87,6 +77,7 @@ class MSCCLPPProgram:
         self.scratch: list[dict[str, int]] = [{} for _ in range(self.num_ranks)]
         self.tbs: dict[tuple[int, int], list[DslOp]] = {}
         self._token: Any = None
+        self._open: Any = None
 
     @property
     def buffers(self) -> list[dict[Buffer, list[Any]]]:
@@ -96,16 +87,14 @@ class MSCCLPPProgram:
         return CompatView(self.state).buffers
 
     def __enter__(self) -> MSCCLPPProgram:
-        from collsynth.language import _CURRENT
-
-        if CURRENT_MSCCLPP.get() is not None or _CURRENT.get() is not None:
-            raise ProgramError(f"program {self.name!r}: another program is already open; close it first")
+        self._open = open_program(self.name)
         self._token = CURRENT_MSCCLPP.set(self)
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if self._token is not None:
             CURRENT_MSCCLPP.reset(self._token)
+            OPEN_PROGRAM.reset(self._open)
             self._token = None
 
     # --- references -------------------------------------------------------------------------------
@@ -185,15 +174,12 @@ class MSCCLPPProgram:
         return self.to_plan()
 
     def generate_json(self) -> str:
-        """MSCCLang's generate_json(): the plan as JSON text, after it passed the plan interpreter."""
-        from collsynth.language import checked_mscclpp_plan
-
-        return json.dumps(checked_mscclpp_plan(self), indent=2) + "\n"
+        """MSCCLang's generate_json(): the plan as JSON text, not yet run (as generate_xml() is not); `Json()`
+        and `Check()` run it in the plan interpreter first."""
+        return json.dumps(self.to_plan(), indent=2) + "\n"
 
     def to_plan(self) -> dict[str, Any]:
         """The MSCCL++ execution plan (JSON-ready) of the traced program; check it with the plan interpreter."""
-        from collsynth.language.mscclpp_plan import lower_plan
-
         return lower_plan(self)
 
 
@@ -404,11 +390,5 @@ def current_mscclpp() -> MSCCLPPProgram | None:
     return CURRENT_MSCCLPP.get()
 
 
-def Json() -> None:  # noqa: N802 - MSCCLang's name (msccl.language.mscclpp.Json)
-    """Print the open MSCCLPPProgram's execution plan, checked in the plan interpreter first."""
-    from collsynth.language import Json as print_json
-
-    print_json()
-
-__all__ = ["ChannelType", "DslOp", "Json", "MSCCLPPProgram", "RankRef", "Ref", "ReplicationPolicy", "current_mscclpp",
+__all__ = ["ChannelType", "DslOp", "MSCCLPPProgram", "RankRef", "Ref", "ReplicationPolicy", "current_mscclpp",
            "rank"]

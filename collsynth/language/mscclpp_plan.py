@@ -13,17 +13,46 @@ that collsynth.emit.mscclpp_schema checks and collsynth.runtime.plan runs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
+from collsynth.collectives import Collective
 from collsynth.language.buffers import INPUT, OUTPUT
 from collsynth.language.program import ProgramError
 from collsynth.language.types import ReplicationPolicy
 
-if TYPE_CHECKING:
-    from collsynth.language.mscclpp import DslOp, MSCCLPPProgram
-
 Operand = tuple[int, str, int, int]
 MAX_BARRIERS = 16  # the executor's device syncers (MAX_DEVICE_SYNCERS)
+
+@dataclass
+class DslOp:
+    """One traced MSCCL++ instruction: plan op name, channel type, peer, and its buffer operands as
+    (rank, buffer, index, size); an operand on another rank is read or written through the channel."""
+
+    name: str
+    kind: str
+    peer: int | None
+    srcs: list[tuple[int, str, int, int]] = field(default_factory=list)
+    dsts: list[tuple[int, str, int, int]] = field(default_factory=list)
+    barrier: tuple[int, ...] = ()  # a barrier's threadblocks (DSL numbering)
+
+
+class TracedProgram(Protocol):
+    """What the lowering reads of a traced program (language/mscclpp.py's MSCCLPPProgram)."""
+
+    name: str
+    spec: Collective
+    num_ranks: int
+    instances: int
+    protocol: str
+    instr_fusion: bool
+    replication_policy: ReplicationPolicy
+    num_threads_per_block: int
+    use_double_scratch_buffer: bool
+    min_message_size: int
+    max_message_size: int
+    scratch: list[dict[str, int]]
+    tbs: dict[tuple[int, int], list[DslOp]]
 _REMOTE_SRC = {"get": 0, "rre": 1}  # which source operand is read from the peer
 _REMOTE_DST = ("put", "ppkt", "pws", "pwsf")
 
@@ -31,7 +60,7 @@ _REMOTE_DST = ("put", "ppkt", "pws", "pwsf")
 class _Layout:
     """Buffer sizes and the instance mapping of chunk indices."""
 
-    def __init__(self, prog: MSCCLPPProgram) -> None:
+    def __init__(self, prog: TracedProgram) -> None:
         self.prog = prog
         self.instances = prog.instances
         self.offsets: list[dict[str, int]] = []
@@ -63,8 +92,6 @@ class _Layout:
 
 
 def _fused(ops: list[DslOp]) -> list[DslOp]:
-    from collsynth.language.mscclpp import DslOp
-
     out: list[DslOp] = []
     for op in ops:
         last = out[-1] if out else None
@@ -78,7 +105,7 @@ def _fused(ops: list[DslOp]) -> list[DslOp]:
     return out
 
 
-def _replicated(prog: MSCCLPPProgram) -> dict[tuple[int, int], list[tuple[DslOp, int]]]:
+def _replicated(prog: TracedProgram) -> dict[tuple[int, int], list[tuple[DslOp, int]]]:
     """(rank, plan threadblock) -> [(op, instance)], in program order."""
     out: dict[tuple[int, int], list[tuple[DslOp, int]]] = {}
     for (rank, tb), ops in sorted(prog.tbs.items()):
@@ -192,7 +219,7 @@ def _tb_json(gpu: _Gpu, tb: int, ops: list[tuple[DslOp, int]], layout: _Layout) 
                                    for kind, ids in refs.items()]}
 
 
-def lower_plan(prog: MSCCLPPProgram) -> dict[str, Any]:
+def lower_plan(prog: TracedProgram) -> dict[str, Any]:
     """The execution plan of the traced program (schema-check and run it with collsynth.runtime.plan)."""
     if not prog.tbs:
         raise ProgramError(f"MSCCLPPProgram {prog.name!r} has no operations; nothing to lower")

@@ -23,7 +23,6 @@ from collsynth.language import (
     rank,
 )
 from collsynth.language.collectives import AllGather, AllReduce, ReduceScatter
-from collsynth.language.mscclpp import Json as mscclpp_json
 from collsynth.runtime.plan import execute_plan
 from collsynth.topologies import distributed, fully_connected, ring
 
@@ -245,7 +244,7 @@ def test_refusals() -> None:
     with pytest.raises(ProgramError, match="packed"):
         MSCCLPPProgram("packed", ring(4), AllGather(4, 1, False), 2, replication_policy=ReplicationPolicy.packed)
     with pytest.raises(ProgramError, match="open program"):
-        mscclpp_json()
+        Json()
 
 
 @settings(max_examples=25, deadline=None)
