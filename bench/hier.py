@@ -85,7 +85,7 @@ def compare(topology: str, collective: str, merges: tuple[str, ...], sources: li
                 except CollsynthError as exc:  # e.g. more threadblocks per channel than MSCCL runs
                     failures.append(f"{name}: {str(exc)[:160]}")
     extra = {"inplace": True} if inplace else {}
-    lib = [(name, compile_program(build(name, topo, num_nodes=topo.num_nodes, **extra)))
+    lib = [(name, compile_program(build(name, topo, num_nodes=topo.num_machines, **extra)))
            for name in LIBRARY[collective]]
     compile_s = time.perf_counter() - began
     began = time.perf_counter()

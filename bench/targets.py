@@ -37,7 +37,7 @@ def cases():
 def build(name: str, n: int, nodes: int | None, instances: int, protocol: str):
     topo = fully_connected(n)
     if nodes is not None:
-        topo = replace(topo, nodes=tuple(r // (n // nodes) for r in range(n)))
+        topo = replace(topo, machines=tuple(r // (n // nodes) for r in range(n)))
     params = {"channels": 2} if "channels" in LIBRARY[name].parameters else {}
     return LIBRARY[name].builder(topo, instances=instances, protocol=protocol, **params)
 

@@ -89,12 +89,12 @@ def is_power_of_two(n: int) -> bool:
 # --- nodes -----------------------------------------------------------------------------------------
 
 def node_layout(name: str, topology: Topology, num_nodes: int | None = None) -> tuple[tuple[int, ...], ...]:
-    """The ranks of each node, in rank order: from `topology.nodes`, or `num_nodes` contiguous blocks of
+    """The ranks of each node, in rank order: from `topology.machines`, or `num_nodes` contiguous blocks of
     ranks when the topology has no node structure. Every node must hold the same number of GPUs."""
     n = topology.num_ranks
-    if topology.nodes is not None:
+    if topology.machines is not None:
         groups: dict[int, list[int]] = {}
-        for rank, node in enumerate(topology.nodes):
+        for rank, node in enumerate(topology.machines):
             groups.setdefault(node, []).append(rank)
         layout = tuple(tuple(groups[k]) for k in sorted(groups))
         if num_nodes is not None and num_nodes != len(layout):

@@ -31,7 +31,7 @@ def alltonext(topology: Topology, *, num_nodes: int | None = None, chunks: int |
     name = "alltonext"
     refuse_inplace(name, inplace, "AllToNext reads and writes different ranks' buffers")
     n = topology.num_ranks
-    if topology.nodes is None and num_nodes is None:
+    if topology.machines is None and num_nodes is None:
         layout: tuple[tuple[int, ...], ...] = (tuple(range(n)),)
     else:
         layout = node_layout(name, topology, num_nodes)

@@ -49,7 +49,7 @@ class LibraryEntry:
     shape_error: Callable[[int, int], str | None]  # (num_ranks, num_nodes) -> why not, or None
     description: str
     inplace: bool = True  # whether inplace=True is supported
-    multi_node: bool = False  # needs a node structure (topology.nodes or num_nodes)
+    multi_node: bool = False  # needs a node structure (topology.machines or num_nodes)
 
     def fits(self, num_ranks: int, num_nodes: int = 1) -> str | None:
         """None if the program can be built for this shape, else the reason it cannot."""
@@ -111,12 +111,12 @@ def library_entry(name: str) -> LibraryEntry:
 def build(name: str, topology: Topology, **params: Any) -> Program:
     """Build one library program by name (parameters as its builder takes them)."""
     entry = library_entry(name)
-    why = entry.fits(topology.num_ranks, topology.num_nodes if params.get("num_nodes") is None
+    why = entry.fits(topology.num_ranks, topology.num_machines if params.get("num_nodes") is None
                      else int(params["num_nodes"]))
     if why is not None:
         hint = "; pass num_nodes= or use a multi-node topology (e.g. 2xndv4)" if entry.multi_node else ""
         raise AlgorithmError(f"{entry.name}: {why} ({entry.ranks}); got {topology.num_ranks} ranks on "
-                             f"{topology.num_nodes} node(s){hint}")
+                             f"{topology.num_machines} node(s){hint}")
     return entry.builder(topology, **params)
 
 
@@ -146,9 +146,9 @@ def library_programs(topology: Topology, collective_name: str) -> list[tuple[str
     key = canonical_name(collective_name)
     out = []
     for entry in _ENTRIES:
-        if entry.collective != key or entry.fits(topology.num_ranks, topology.num_nodes) is not None:
+        if entry.collective != key or entry.fits(topology.num_ranks, topology.num_machines) is not None:
             continue
-        if entry.multi_node and topology.nodes is None:
+        if entry.multi_node and topology.machines is None:
             continue
         params = suggested_parameters(entry, topology)
         try:

@@ -48,9 +48,9 @@ def library_names(topology: Topology, collective: Collective) -> list[str]:
 
     names = []
     for name, entry in PROGRAMS.items():
-        if entry.collective != collective.name or entry.fits(topology.num_ranks, topology.num_nodes) is not None:
+        if entry.collective != collective.name or entry.fits(topology.num_ranks, topology.num_machines) is not None:
             continue
-        if entry.multi_node and topology.nodes is None:
+        if entry.multi_node and topology.machines is None:
             continue
         try:
             build_library_program(name, topology, CompileVariant())

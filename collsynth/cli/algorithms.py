@@ -61,7 +61,7 @@ def _topology(spec: str | None, ranks: int | None, nodes: int | None) -> Topolog
         if nodes < 1 or ranks % nodes:
             raise AlgorithmError(f"--nodes {nodes} does not divide --ranks {ranks} into equal nodes")
         topology = replace(topology, name=f"{topology.name}/{nodes}nodes",
-                           nodes=tuple(r // (ranks // nodes) for r in range(ranks)))
+                           machines=tuple(r // (ranks // nodes) for r in range(ranks)))
     return topology
 
 

@@ -33,7 +33,7 @@ def _load_topology(spec: str, sketch: Sketch, taccl_costs: bool) -> tuple[Topolo
         return load_taccl_profile(data, name=name, num_nodes=sketch.num_nodes, taccl_costs=True), \
             "intra-node links charged TACCL's invbw (--taccl-costs)"
     topology = resolve_topology(spec)
-    if topology.num_nodes == 1 and sketch.num_nodes > 1:
+    if topology.num_machines == 1 and sketch.num_nodes > 1:
         try:
             return resolve_topology(f"{sketch.num_nodes}x{spec}"), \
                 f"expanded to {sketch.num_nodes} nodes ({sketch.num_nodes}x{spec}) as the sketch asks"

@@ -55,7 +55,7 @@ def list_command() -> None:
 def _summary(topology: Topology) -> str:
     kinds = Counter(link.kind for link in topology.links)
     lines = [f"{topology.name}: {topology.description}" if topology.description else topology.name,
-             f"ranks {topology.num_ranks}, nodes {topology.num_nodes}, links {len(topology.links)} ("
+             f"ranks {topology.num_ranks}, nodes {topology.num_machines}, links {len(topology.links)} ("
              + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) + f"), switch budgets {len(topology.switches)}",
              f"fingerprint {topology.fingerprint()}"]
     return "\n".join(lines)
@@ -100,9 +100,9 @@ def show_command(name: str, show_all: bool, as_json: bool) -> None:
         if limit is not None and len(topology.switches) > limit:
             console.print(f"... {len(topology.switches) - limit} more switch budgets (--all lists them)")
 
-    if topology.nodes is not None:
+    if topology.machines is not None:
         members: dict[int, list[int]] = {}
-        for rank, node in enumerate(topology.nodes):
+        for rank, node in enumerate(topology.machines):
             members.setdefault(node, []).append(rank)
         console.print("Nodes: " + "; ".join(f"node {n}: ranks {_ranges(r)}" for n, r in sorted(members.items())))
     if topology.nics:

@@ -92,7 +92,7 @@ def _check_message(message: list[frozenset[Token]], sender: int, receiver: int, 
 def ir_to_switch_plan(ir: Algo, topology: Topology, name: str | None = None) -> dict[str, Any]:
     """The switch-channel plan of an AllReduce IR whose steps are one group reduce + broadcast per chunk
     (switch_owners); PlanError (one line) when the topology has no NVLink SHARP or the IR is not that."""
-    if not supports_switch_channels(topology.name) or topology.num_nodes != 1:
+    if not supports_switch_channels(topology.name) or topology.num_machines != 1:
         raise PlanError(f"{topology.name} has no NVLink SHARP switch channels; use memory/port channels")
     owners = switch_owners(ir)
     if isinstance(owners, str):

@@ -110,9 +110,9 @@ def _candidate_sets(topology: Topology) -> list[tuple[str, tuple[int, ...]]]:
             ball = tuple(sorted(r for r, d in lengths.items() if d <= radius))
             if len(ball) < n:
                 sets.append(("ball", ball))
-    if topology.nodes is not None and topology.num_nodes > 1:
-        for node in sorted(set(topology.nodes)):
-            sets.append(("node", tuple(r for r in range(n) if topology.nodes[r] == node)))
+    if topology.machines is not None and topology.num_machines > 1:
+        for node in sorted(set(topology.machines)):
+            sets.append(("node", tuple(r for r in range(n) if topology.machines[r] == node)))
     return sets
 
 

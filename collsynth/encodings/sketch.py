@@ -126,14 +126,14 @@ class Sketch:
     def check(self, topology: Topology) -> int:
         """Check the sketch against a topology; return gpus per node. Raises SketchError naming the field."""
         n = topology.num_ranks
-        if topology.num_nodes != self.num_nodes:
+        if topology.num_machines != self.num_nodes:
             raise SketchError(f"sketch field 'nodes': the sketch is for {self.num_nodes} node(s) but topology "
-                              f"{topology.name!r} has {topology.num_nodes}; use a {self.num_nodes}-node topology "
+                              f"{topology.name!r} has {topology.num_machines}; use a {self.num_nodes}-node topology "
                               f"(e.g. {self.num_nodes}x<topology>)")
         if n % self.num_nodes:
             raise SketchError(f"sketch field 'nodes': {n} ranks do not split into {self.num_nodes} equal nodes")
         gpus = n // self.num_nodes
-        if topology.nodes is not None and tuple(topology.nodes) != tuple(r // gpus for r in range(n)):
+        if topology.machines is not None and tuple(topology.machines) != tuple(r // gpus for r in range(n)):
             raise SketchError(f"topology {topology.name!r}: nodes must be contiguous blocks of {gpus} ranks for "
                               "a sketch (node k = ranks k*g .. k*g+g-1)")
         for sw in self.switches:

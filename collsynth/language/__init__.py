@@ -31,6 +31,8 @@ from collsynth.collectives import Collective as SpecCollective
 from collsynth.language.buffers import Buffer, BufferLike, ThreadblockPolicy, buffer_name, is_scratch
 from collsynth.language.builder import CAPTURE, ChunkRef, ProgramBuilder
 from collsynth.language.collectives import Chunk, Collective, CompatView, ReduceChunk, as_collective
+from collsynth.language.context import OPEN_PROGRAM, open_program
+from collsynth.language.mscclpp import CURRENT_MSCCLPP, MSCCLPPProgram, rank
 from collsynth.language.program import (
     ChunkOp,
     Program,
@@ -41,6 +43,7 @@ from collsynth.language.program import (
     validate_program,
 )
 from collsynth.language.symbolic import SymbolicState, check_postcondition, evaluate, run_symbolic
+from collsynth.language.types import ChannelType, ChunkInstruction, Instruction, ReplicationPolicy
 from collsynth.topologies import Topology
 
 _CURRENT: ContextVar[MSCCLProgram | None] = ContextVar("collsynth_language_program", default=None)
@@ -62,6 +65,7 @@ class MSCCLProgram:
                                       interleaved_replication=interleaved_replication, aggregate=aggregate,
                                       check=check_xml, dependence_nop=dependence_nop)
         self._token: Token[MSCCLProgram | None] | None = None
+        self._open: Token[str | None] | None = None
         self._lowered: tuple[int, Any] | None = None
 
     # MSCCLang attributes
@@ -74,8 +78,9 @@ class MSCCLProgram:
         return self.builder.topology
 
     @property
-    def collective(self) -> SpecCollective:
-        return self.builder.collective
+    def collective(self) -> SpecCollective | Collective:
+        """MSCCLang's `prog.collective`: the collective object the program was given."""
+        return self.compat if self.compat is not None else self.builder.collective
 
     @property
     def num_ranks(self) -> int:
@@ -89,19 +94,59 @@ class MSCCLProgram:
     def protocol(self) -> str:
         return self.builder.protocol
 
+    @property
+    def threadblock_policy(self) -> ThreadblockPolicy:
+        return ThreadblockPolicy(self.builder.options.threadblock_policy)
+
+    @property
+    def interleaved_replication(self) -> bool:
+        return self.builder.options.interleaved_replication
+
+    @property
+    def instr_fusion(self) -> bool:
+        return self.builder.options.instr_fusion
+
+    @property
+    def check_xml(self) -> bool:
+        return self.builder.options.check
+
+    @property
+    def dependence_nop(self) -> bool:
+        return self.builder.options.dependence_nop
+
+    @property
+    def buffers(self) -> list[dict[Buffer, list[Any]]]:
+        """MSCCLang's `prog.buffers`: per rank `{Buffer.input: [...], Buffer.output: [...]}` of the chunks traced so
+        far (Chunk, ReduceChunk or None), what a collective's `check(prog)` reads."""
+        return CompatView(self.builder.state).buffers
+
     def __enter__(self) -> MSCCLProgram:
-        if _CURRENT.get() is not None:
-            raise ProgramError(f"program {self.name!r}: another MSCCLProgram is already open; close it first "
-                               "(or use ProgramBuilder to build programs side by side)")
+        self._open = open_program(self.name)
         self._token = _CURRENT.set(self)
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if self._token is not None:
             _CURRENT.reset(self._token)
+            if self._open is not None:
+                OPEN_PROGRAM.reset(self._open)
             self._token = None
         if exc_type is None:
             self.builder.build()  # hands the program to `collsynth compile` when it runs this file
+
+    def get_ref(self, rank: int, buffer: Buffer | str, index: int, size: int = 1) -> ChunkRef:
+        """MSCCLang: a reference to `size` chunks at (rank, buffer, index) (what chunk() returns)."""
+        return self.builder.chunk(rank, buffer, index, size)
+
+    def get_chunks(self, rank: int, buffer: Buffer, index: int, size: int = 1) -> list[Any]:
+        """MSCCLang: the chunks (Chunk, ReduceChunk or None) at (rank, buffer, index .. index + size - 1)."""
+        held = self.buffers[rank].get(buffer) or []
+        return [held[i] if 0 <= i < len(held) else None for i in range(index, index + size)]
+
+    def print_chunk_dag(self) -> None:
+        """MSCCLang's Print(): the traced operations, one per line."""
+        for op in self.builder.ops:
+            print(op)
 
     def program(self) -> Program:
         """The frozen Program traced so far."""
@@ -149,7 +194,7 @@ class MSCCLProgram:
         from collsynth.runtime import execute
 
         ir = self.lower()
-        coll = instance_collective(self.collective, self.instances)
+        coll = instance_collective(self.builder.collective, self.instances)
         exact = self.compat is None or not self.compat.has_custom_check()
         nbytes = coll.input_chunks * CHECK_CHUNK_ELEMS * 4
         result = execute(ir, backend="cpu", nbytes=nbytes, dtype="float32", collective=coll, postcondition=exact)
@@ -166,7 +211,12 @@ def _current(what: str) -> MSCCLProgram:
 
 
 def chunk(rank: int, buffer: Buffer | str, index: int, size: int = 1) -> ChunkRef:
-    """A reference to `size` chunks at (rank, buffer, index) of the open program."""
+    """A reference to `size` chunks at (rank, buffer, index) of the open program (MSCCLProgram or
+    MSCCLPPProgram, as MSCCLang's chunk() serves both)."""
+    mscclpp = CURRENT_MSCCLPP.get()
+    if mscclpp is not None and _CURRENT.get() is None:
+        # an MSCCL++ Ref (language/mscclpp.py); typed as ChunkRef so that MSCCLang programs stay checked
+        return mscclpp.get_ref(rank, buffer, index, size)  # type: ignore[return-value]
     return _current("chunk").builder.chunk(rank, buffer, index, size)
 
 
@@ -181,8 +231,44 @@ def XML(target: str | None = None) -> None:  # noqa: N802 - MSCCLang's name
 
 
 def Check() -> bool:  # noqa: N802 - MSCCLang's name
-    """True if the open program meets its collective's postcondition; prints what is wrong otherwise."""
+    """True if the open program meets its collective's postcondition; prints what is wrong otherwise. An
+    MSCCLPPProgram is checked on its traced chunks, then its execution plan runs in the plan interpreter."""
+    mscclpp = CURRENT_MSCCLPP.get()
+    if mscclpp is not None and _CURRENT.get() is None:
+        if not mscclpp.check():
+            return False
+        result = _run_plan(mscclpp, mscclpp.to_plan())
+        if not result.passed:
+            print(result)
+        return bool(result.passed)
     return _current("Check").check()
+
+
+def _run_plan(program: MSCCLPPProgram, plan: dict[str, Any]) -> Any:
+    from collsynth.runtime.plan import execute_plan
+
+    coll = program.spec if program.instances == 1 else program.spec.split(program.instances)
+    return execute_plan(plan, collective=coll)
+
+
+def checked_mscclpp_plan(program: MSCCLPPProgram) -> dict[str, Any]:
+    """The program's MSCCL++ execution plan, after it passed the plan interpreter (else ProgramError)."""
+    plan = program.to_plan()
+    result = _run_plan(program, plan)
+    if not result.passed:
+        raise ProgramError(f"MSCCL++ program {program.name!r}: its plan fails the plan interpreter: "
+                           f"{str(result).splitlines()[0]}")
+    return plan
+
+
+def Json() -> None:  # noqa: N802 - MSCCLang's name
+    """Print the open MSCCLPPProgram's MSCCL++ execution plan (JSON), checked in the plan interpreter first."""
+    program = CURRENT_MSCCLPP.get()
+    if program is None:
+        raise ProgramError("Json() needs an open program: call it inside `with MSCCLPPProgram(...):`")
+    from collsynth.emit.mscclpp import plan_to_json
+
+    print(plan_to_json(checked_mscclpp_plan(program)).rstrip("\n"))
 
 
 # MSCCLang's remaining public names of `msccl.language` (microsoft/msccl-tools msccl/language/__init__.py),
@@ -194,8 +280,8 @@ def Check() -> bool:  # noqa: N802 - MSCCLang's name
 # - `Print()`: prints the open program's traced operations, one per line (MSCCLang prints its chunk DAG).
 # - `Ref`: MSCCLang's name for the chunk reference that `chunk()` and `copy()` return (our ChunkRef).
 #
-# MSCCLang's MSCCL++ additions (`Json()`, `Ref.put/get/signal/wait`, ChannelType) are not part of this face:
-# collsynth writes MSCCL++ plans from the compiled IR instead (`collsynth export mscclpp`).
+# - MSCCLang's MSCCL++ half (`MSCCLPPProgram`, `Json()`, `Ref.put/get/signal/wait/...`, `ChannelType`,
+#   `ReplicationPolicy`): language/mscclpp.py; `chunk()` and `Check()` serve whichever program is open.
 
 Ref = ChunkRef
 
@@ -217,11 +303,11 @@ def create_scratch(rank: int, name: BufferLike) -> BufferLike:
 
 def Print() -> None:  # noqa: N802 - MSCCLang's name
     """Print the open program's traced operations, one per line."""
-    for op in _current("Print").builder.ops:
-        print(op)
+    _current("Print").print_chunk_dag()
 
 
 __all__ = [
+    "ChannelType", "ChunkInstruction", "Instruction", "Json", "MSCCLPPProgram", "ReplicationPolicy", "rank",
     "Print", "Ref", "create_scratch",
     "Buffer", "Check", "Chunk", "ChunkOp", "ChunkRef", "MSCCLProgram", "Program", "ProgramBuilder",
     "ProgramError", "ProgramOptions", "ReduceChunk", "Slot", "SymbolicState", "ThreadblockPolicy", "XML",

@@ -45,6 +45,12 @@ class Chunk:
     def __lt__(self, other: Chunk) -> bool:
         return (self.origin_rank, self.origin_index) < (other.origin_rank, other.origin_index)
 
+    def reduce(self, dst: int, chunk: Chunk | ReduceChunk) -> ReduceChunk:
+        """MSCCLang: the sum of this chunk and `chunk`, created on rank `dst`."""
+        if isinstance(chunk, ReduceChunk):
+            return chunk.reduce(dst, self)
+        return ReduceChunk(dst, [self, chunk])
+
 
 @dataclass
 class ReduceChunk:
@@ -63,15 +69,22 @@ class ReduceChunk:
         more = chunk.chunks if isinstance(chunk, ReduceChunk) else [chunk]
         return ReduceChunk(self.creation_rank, self.chunks + list(more))
 
+    def sort(self) -> None:
+        self.chunks.sort()
+
 
 class Collective:
     """MSCCLang's collective base class (subclass it for a custom collective)."""
 
-    def __init__(self, num_ranks: int, chunk_factor: int, inplace: bool = False) -> None:
+    def __init__(self, num_ranks: int, chunk_factor: int, inplace: bool = False, num_ranks_per_node: int = -1,
+                 **kwargs: Any) -> None:
         self.num_ranks = num_ranks
         self.chunk_factor = chunk_factor
         self.inplace = bool(inplace)
         self.name = "custom"
+        # MSCCLang: ranks per node (-1: all in one node) and the number of chunk groups (MSCCL++ plans)
+        self.num_ranks_per_node = num_ranks if num_ranks_per_node == -1 else num_ranks_per_node
+        self.num_chunk_groups = kwargs.get("num_chunk_groups", 1)
 
     def init_buffers(self) -> Any:
         return None
@@ -83,7 +96,9 @@ class Collective:
         return buffer, index
 
     def has_custom_check(self) -> bool:
-        return type(self).check is not Collective.check
+        """Whether `check` is the program's own (a custom collective's), not one of MSCCLang's built-in ones
+        (those are checked exactly against the postcondition instead)."""
+        return type(self).check not in _BUILTIN_CHECKS
 
     def to_collective(self) -> Spec:
         """A custom collective from `init_buffers()` and the chunks' destinations."""
@@ -113,9 +128,27 @@ class Collective:
 
 
 class AllReduce(Collective):
-    def __init__(self, num_ranks: int, chunk_factor: int, inplace: bool = False) -> None:
-        super().__init__(num_ranks, chunk_factor, inplace)
+    def __init__(self, num_ranks: int, chunk_factor: int, inplace: bool = False, num_ranks_per_node: int = -1,
+                 **kwargs: Any) -> None:
+        super().__init__(num_ranks, chunk_factor, inplace, num_ranks_per_node,
+                         num_chunk_groups=kwargs.get("num_chunk_groups", num_ranks))
         self.name = "allreduce"
+
+    def init_buffers(self) -> list[dict[Buffer, list[Any]]]:
+        """Rank r starts with chunks (r, c), each bound for index c of every rank."""
+        out = []
+        for r in range(self.num_ranks):
+            ins: list[Any] = [Chunk(r, c, -1, c) for c in range(self.chunk_factor)]
+            out.append({Buffer.input: ins, Buffer.output: ins if self.inplace else [None] * self.chunk_factor})
+        return out
+
+    def check(self, prog: Any) -> bool:
+        return _check_each(self, prog, Buffer.input if self.inplace else Buffer.output,
+                           [(r, c, _sum_of(self.num_ranks, c)) for r in range(self.num_ranks)
+                            for c in range(self.chunk_factor)])
+
+    def get_buffer_index(self, rank: int, buffer: Any, index: int) -> tuple[Any, int]:
+        return (Buffer.input, index) if self.inplace and buffer == Buffer.output else (buffer, index)
 
     def to_collective(self) -> Spec:
         n, cf = self.num_ranks, self.chunk_factor
@@ -127,9 +160,41 @@ class AllReduce(Collective):
 
 
 class AllGather(Collective):
-    def __init__(self, num_ranks: int, chunk_factor: int, inplace: bool = False) -> None:
+    def __init__(self, num_ranks: int, chunk_factor: int, inplace: bool = False,
+                 create_all_chunks: bool = False) -> None:
         super().__init__(num_ranks, chunk_factor, inplace)
         self.name = "allgather"
+        self.create_all_chunks = create_all_chunks
+
+    def init_buffers(self) -> list[dict[Buffer, list[Any]]]:
+        """Rank r's chunks (r, ch) go to output index r * chunk_factor + ch of every rank; in place, the input is
+        that slice of the output. `create_all_chunks` (MSCCLang's flag) puts every rank's chunks in every
+        output at the start."""
+        n, cf = self.num_ranks, self.chunk_factor
+        out = []
+        for r in range(n):
+            output: list[Any] = [None] * (n * cf)
+            owners = range(n) if self.create_all_chunks else [r]
+            for owner in owners:
+                for ch in range(cf):
+                    output[owner * cf + ch] = Chunk(owner, ch, -1, owner * cf + ch)
+            if self.inplace:
+                ins = output[r * cf:(r + 1) * cf]
+            else:
+                ins = [Chunk(r, ch, -1, r * cf + ch) for ch in range(cf)]
+                output = output if self.create_all_chunks else [None] * (n * cf)
+            out.append({Buffer.input: ins, Buffer.output: output})
+        return out
+
+    def check(self, prog: Any) -> bool:
+        n, cf = self.num_ranks, self.chunk_factor
+        return _check_each(self, prog, Buffer.output, [(r, i * cf + ch, Chunk(i, ch)) for r in range(n)
+                                                       for i in range(n) for ch in range(cf)])
+
+    def get_buffer_index(self, rank: int, buffer: Any, index: int) -> tuple[Any, int]:
+        if self.inplace and buffer == Buffer.input:
+            return Buffer.output, index + rank * self.chunk_factor
+        return buffer, index
 
     def to_collective(self) -> Spec:
         return make_collective("allgather", self.num_ranks, self.chunk_factor, inplace=self.inplace)
@@ -140,6 +205,20 @@ class AllToAll(Collective):
         super().__init__(num_ranks, chunk_factor, inplace)
         self.name = "alltoall"
 
+    def init_buffers(self) -> list[dict[Buffer, list[Any]]]:
+        """Rank r's chunk at index i goes to rank i // chunk_factor, index i % chunk_factor + r * chunk_factor."""
+        n, cf = self.num_ranks, self.chunk_factor
+        out = []
+        for r in range(n):
+            ins: list[Any] = [Chunk(r, i, i // cf, i % cf + r * cf) for i in range(n * cf)]
+            out.append({Buffer.input: ins, Buffer.output: ins if self.inplace else [None] * (n * cf)})
+        return out
+
+    def check(self, prog: Any) -> bool:
+        n, cf = self.num_ranks, self.chunk_factor
+        return _check_each(self, prog, Buffer.output, [(r, i * cf + ch, Chunk(i, ch + r * cf)) for r in range(n)
+                                                       for i in range(n) for ch in range(cf)])
+
     def to_collective(self) -> Spec:
         return make_collective("alltoall", self.num_ranks, self.chunk_factor, inplace=self.inplace)
 
@@ -149,8 +228,69 @@ class ReduceScatter(Collective):
         super().__init__(num_ranks, chunk_factor, inplace)
         self.name = "reduce_scatter"
 
+    def init_buffers(self) -> list[dict[Buffer, list[Any]]]:
+        """Rank r's chunk at index i * chunk_factor + c is summed into index c of rank i (in place: index
+        i * chunk_factor + c of its input)."""
+        n, cf = self.num_ranks, self.chunk_factor
+        out = []
+        for r in range(n):
+            ins: list[Any] = [Chunk(r, i * cf + c, i, c) for i in range(n) for c in range(cf)]
+            out.append({Buffer.input: ins} if self.inplace else {Buffer.input: ins, Buffer.output: [None] * cf})
+        return out
+
+    def check(self, prog: Any) -> bool:
+        n, cf = self.num_ranks, self.chunk_factor
+        buf = Buffer.input if self.inplace else Buffer.output
+        return _check_each(self, prog, buf, [(r, (r * cf + c) if self.inplace else c, _sum_of(n, r * cf + c))
+                                             for r in range(n) for c in range(cf)])
+
+    def get_buffer_index(self, rank: int, buffer: Any, index: int) -> tuple[Any, int]:
+        if self.inplace and buffer == Buffer.output:
+            return Buffer.input, index + rank * self.chunk_factor
+        return buffer, index
+
     def to_collective(self) -> Spec:
         return make_collective("reducescatter", self.num_ranks, self.chunk_factor, inplace=self.inplace)
+
+
+class SendRecv(Collective):
+    """MSCCLang's two-rank exchange: each rank's chunks end at the same indices of the other rank."""
+
+    def __init__(self, num_ranks: int, chunk_factor: int, inplace: bool = False) -> None:
+        if num_ranks != 2:
+            raise ProgramError(f"SendRecv is between 2 ranks, got {num_ranks}")
+        super().__init__(num_ranks, chunk_factor, inplace)
+        self.name = "sendrecv"
+
+    def init_buffers(self) -> list[dict[Buffer, list[Any]]]:
+        return [{Buffer.input: [Chunk(r, c, 1 - r, c) for c in range(self.chunk_factor)],
+                 Buffer.output: [None] * self.chunk_factor} for r in range(2)]
+
+    def check(self, prog: Any) -> bool:
+        return _check_each(self, prog, Buffer.input if self.inplace else Buffer.output,
+                           [(r, c, Chunk(1 - r, c)) for r in range(2) for c in range(self.chunk_factor)])
+
+    def get_buffer_index(self, rank: int, buffer: Any, index: int) -> tuple[Any, int]:
+        return (Buffer.input, index) if self.inplace and buffer == Buffer.output else (buffer, index)
+
+
+def _sum_of(num_ranks: int, index: int) -> ReduceChunk:
+    return ReduceChunk(-1, [Chunk(r, index) for r in range(num_ranks)])
+
+
+def _check_each(coll: Collective, prog: Any, buffer: Buffer, expected: list[tuple[int, int, Any]]) -> bool:
+    """MSCCLang's check: every (rank, index) of `buffer` holds the expected chunk; prints each one that does not."""
+    correct = True
+    for rank, index, want in expected:
+        have = prog.buffers[rank][buffer][index]
+        if have is None or have != want:
+            print(f"Rank {rank} chunk {index} of {buffer.name} is incorrect: should be {want}, given {have}")
+            correct = False
+    return correct
+
+
+_BUILTIN_CHECKS = {Collective.check, AllReduce.check, AllGather.check, AllToAll.check, ReduceScatter.check,
+                   SendRecv.check}
 
 
 def as_collective(collective: Spec | Collective) -> Spec:

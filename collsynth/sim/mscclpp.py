@@ -86,7 +86,7 @@ class _PlanTimer:
 
     # --- resources ---------------------------------------------------------------------------
     def _transfer(self, src: int, dst: int, mb: float, ready: float, proto: str) -> float:
-        link = self.topology.link(src, dst)
+        link = self.topology.link_between(src, dst)
         if link is None:
             raise SimError(f"plan {self.plan['name']!r} moves data {src} -> {dst} but {self.topology.name} has "
                            "no such link")
@@ -200,7 +200,7 @@ class _PlanTimer:
     def _signal(self, rank: int, kind: str, channels: list[int], now: float) -> float:
         for ch in channels:
             peer = self.peers[rank][kind][ch]
-            link = self.topology.link(rank, peer)
+            link = self.topology.link_between(rank, peer)
             hop = link.alpha_us * latency_scale("LL", link.kind) if link else 0.0
             after = max(now, self.port_done[(rank, ch)]) if kind == "port" else now
             ordinal = self.peers[rank][kind][:ch].count(peer)
@@ -232,7 +232,7 @@ class _PlanTimer:
         group = sorted({r for g in self.gpus[rank]["channels"] if g["channel_type"] == "switch"
                         for grp in g["rank_groups"] for r in grp["ranks"]})  # an out-of-place plan lists it twice
         peer = next(p for p in range(self.topology.num_ranks) if p != rank)
-        link = self.topology.link(rank, peer)
+        link = self.topology.link_between(rank, peer)
         if link is None:
             raise SimError(f"{self.topology.name}: rank {rank} has no switch port")
         duration = link.alpha_us + mb * link.beta_us_per_mb

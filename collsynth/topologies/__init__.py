@@ -2,7 +2,10 @@
 
 `from collsynth.topologies import *` gives MSCCLang's topology builders (`fully_connected(size)`,
 `ring(size)`, `line(size)`, `star(size)`, `hub_and_spoke(size)`, `dgx1()`, `dgx_a100()`, `amd4()`,
-`amd8()`, `nvlink_only()`), returning our `Topology`.
+`amd8()`, `nvlink_only()`) and transformers (`reverse_topology`, `binarize_topology`), returning our
+`Topology`, which also answers MSCCLang's Topology methods (`num_nodes()` = ranks, `nodes()`, `link()` = bandwidth,
+`sources`, `destinations`, `bandwidth_constraints`; model.py). `collsynth.topologies.distributed` is MSCCLang's
+`msccl.topologies.distributed`.
 """
 
 from collsynth.topologies.draw import draw_topology
@@ -34,10 +37,12 @@ from collsynth.topologies.library import (
     torus,
 )
 from collsynth.topologies.model import Link, Switch, Topology, TopologyError, links_from_matrix
+from collsynth.topologies.transformers import binarize_topology, reverse_topology
 
 __all__ = [
     "BUILTINS", "BUILTIN_TOPOLOGIES", "LINK_CLASSES", "BuiltinTopology", "Link", "LinkClass", "Switch", "Topology",
     "TopologyError", "amd4", "amd8", "builtin", "dgx1", "dgx2", "dgx_a100", "draw_topology", "fully_connected",
     "h100_nvswitch", "hub_and_spoke", "hypercube", "line", "links_from_matrix", "load_topology", "mesh2d",
     "multi_node", "ndv2", "ndv4", "nvlink_only", "resolve_topology", "ring", "save_topology", "star", "torus",
+    "binarize_topology", "reverse_topology",
 ]

@@ -53,5 +53,5 @@ def fattree(k: int) -> Topology:
         up = frozenset((s, d) for s in inside for d in range(n) if d not in inside)
         switches.append(Switch(f"leaf{leaf}_up", up, half, beta))
         switches.append(Switch(f"leaf{leaf}_down", frozenset((d, s) for s, d in up), half, beta))
-    return Topology(f"fattree:{k}", n, links, tuple(switches), nodes=tuple(r // half for r in range(n)),
+    return Topology(f"fattree:{k}", n, links, tuple(switches), machines=tuple(r // half for r in range(n)),
                     description=f"{k}-ary two-level fat-tree, {n} ranks, {half} per leaf, full bisection")

@@ -40,7 +40,7 @@ def distributed_fully_connected(local_topology: Topology, num_copies: int, remot
     links, switches, total = _copies(local_topology, num_copies, remote_bw)
     g = local_topology.num_ranks
     return Topology(f"DistributedFullyConnected(local={local_topology.name},copies={num_copies},bw={remote_bw})",
-                    total, tuple(links), tuple(switches), nodes=tuple(r // g for r in range(total)))
+                    total, tuple(links), tuple(switches), machines=tuple(r // g for r in range(total)))
 
 
 def distributed_hub_and_spoke(local_topology: Topology, num_copies: int, remote_bw: int) -> Topology:
@@ -55,7 +55,7 @@ def distributed_hub_and_spoke(local_topology: Topology, num_copies: int, remote_
         switches.append(Switch(f"copy_{k}_in_remote", frozenset((b, a) for a in local for b in remote), remote_bw,
                                beta))
     return Topology(f"DistributedHubAndSpoke(local={local_topology.name},copies={num_copies},bw={remote_bw})",
-                    total, tuple(links), tuple(switches), nodes=tuple(r // g for r in range(total)))
+                    total, tuple(links), tuple(switches), machines=tuple(r // g for r in range(total)))
 
 
 __all__ = ["distributed_fully_connected", "distributed_hub_and_spoke"]

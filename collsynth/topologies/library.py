@@ -327,8 +327,8 @@ def multi_node(node: Topology, copies: int, network: LinkClass = IB_EDR, *, name
     Every GPU gets a link to every GPU of the other nodes; each NIC is one budget per direction (one chunk
     per round, `network.beta_us_per_mb` under the alpha-beta model) over the inter-node links of its GPUs.
     A node without NIC information gets one NIC per GPU."""
-    if node.nodes is not None and node.num_nodes > 1:
-        raise TopologyError(f"cannot compose {node.name!r}: it already spans {node.num_nodes} nodes; compose a "
+    if node.machines is not None and node.num_machines > 1:
+        raise TopologyError(f"cannot compose {node.name!r}: it already spans {node.num_machines} nodes; compose a "
                             "one-node topology (e.g. 4xndv2, not 2x2xndv2)")
     if copies < 1:
         raise TopologyError(f"{copies}x{node.name}: the number of nodes must be >= 1")
@@ -361,7 +361,7 @@ def multi_node(node: Topology, copies: int, network: LinkClass = IB_EDR, *, name
             switches.append(Switch(f"node{k}.nic{i}_in", frozenset((o, r) for r in ranks for o in outside), 1,
                                    network.beta_us_per_mb))
     return Topology(name or f"{copies}x{node.name}", total, tuple(links), tuple(switches),
-                    nodes=tuple(r // g for r in range(total)), nics=tuple(nics),
+                    machines=tuple(r // g for r in range(total)), nics=tuple(nics),
                     description=f"{copies} nodes of {node.name} ({node.description or node.name}) joined by "
                                 f"{network.name}")
 

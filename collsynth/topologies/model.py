@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -54,20 +54,34 @@ class Switch:
     bandwidth: int = 1
     beta_us_per_mb: float = NVLINK_BETA_US_PER_MB
 
+    def __iter__(self) -> Iterator[Any]:
+        """MSCCLang's switch tuple, so `for srcs, dsts, bw, name in topology.switches` reads as it does there:
+        the sending ranks, the receiving ranks, the shared bandwidth, the name."""
+        return iter((sorted({s for s, _ in self.links}), sorted({d for _, d in self.links}), self.bandwidth,
+                     self.name))
+
 
 @dataclass(frozen=True)
 class Topology:
+    """The topology of every stage, and MSCCLang's `Topology` (msccl.topologies): besides our fields it answers
+    MSCCLang's methods with MSCCLang's meaning (`num_nodes()` is the rank count, `nodes()` the ranks,
+    `link(src, dst)` the bandwidth number, 0 for none; `sources`, `destinations`, `bandwidth_constraints`), and
+    `Topology(name, matrix, switches)` builds one from MSCCLang's `links[dst][src]` bandwidth matrix and its
+    `(srcs, dsts, bandwidth, name)` switch tuples. Machines (multi-node) are `machines` / `num_machines`."""
+
     name: str
     num_ranks: int
-    links: tuple[Link, ...]
+    links: tuple[Link, ...] = ()
     switches: tuple[Switch, ...] = ()
     # Node index of each rank, for multi-node topologies; None means one node.
-    nodes: tuple[int, ...] | None = None
+    machines: tuple[int, ...] | None = None
     # Ranks that share each NIC (for sketches / NIC-aware encodings); empty when unknown.
     nics: tuple[tuple[int, ...], ...] = ()
     description: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.num_ranks, int):  # MSCCLang's Topology(name, links_matrix, switches)
+            self._from_msccl_matrix(self.num_ranks, self.links)
         if self.num_ranks < 1:
             raise TopologyError(f"topology {self.name!r}: needs at least 1 rank, got {self.num_ranks}")
         seen: set[tuple[int, int]] = set()
@@ -89,16 +103,63 @@ class Topology:
             if missing:
                 raise TopologyError(f"topology {self.name!r}: switch {switch.name!r} names links {missing[:3]} "
                                     "that the topology does not have")
-        if self.nodes is not None and len(self.nodes) != self.num_ranks:
-            raise TopologyError(f"topology {self.name!r}: 'nodes' has {len(self.nodes)} entries for "
+        if self.machines is not None and len(self.machines) != self.num_ranks:
+            raise TopologyError(f"topology {self.name!r}: 'nodes' has {len(self.machines)} entries for "
                                 f"{self.num_ranks} ranks")
+
+    def _from_msccl_matrix(self, matrix: Any, msccl_switches: Any) -> None:
+        """Fill the fields from MSCCLang's constructor arguments (links[dst][src] = bandwidth)."""
+        rows = [list(row) for row in matrix]
+        if any(len(row) != len(rows) for row in rows):
+            raise TopologyError(f"topology {self.name!r}: the link matrix must be square (links[dst][src])")
+        links = tuple(Link(src, dst, int(bw)) for dst, row in enumerate(rows) for src, bw in enumerate(row)
+                      if bw and src != dst)
+        present = {(x.src, x.dst) for x in links}
+        switches = []
+        for srcs, dsts, bw, name in msccl_switches:
+            if bw <= 0:
+                raise TopologyError(f"switch {name}: bandwidth {bw}; switch bandwidths must be strictly positive "
+                                    "(encode connectedness in the links)")
+            pairs = frozenset((s, d) for s in srcs for d in dsts if (s, d) in present)
+            switches.append(Switch(str(name), pairs, int(bw)))
+        object.__setattr__(self, "num_ranks", len(rows))
+        object.__setattr__(self, "links", links)
+        object.__setattr__(self, "switches", tuple(switches))
+
+    # --- MSCCLang's Topology methods (msccl/topologies/topology.py), with its meaning -------------
+    def num_nodes(self) -> int:
+        """MSCCLang: the number of ranks (GPUs), not machines (that is `num_machines`)."""
+        return self.num_ranks
+
+    def nodes(self) -> range:
+        """MSCCLang: the ranks."""
+        return range(self.num_ranks)
+
+    def link(self, src: int, dst: int) -> int:
+        """MSCCLang: the bandwidth from src to dst (chunks per round), 0 when there is no link."""
+        return self.bandwidth(src, dst)
+
+    def sources(self, dst: int) -> Iterator[int]:
+        """MSCCLang: the ranks with a link into `dst`, in rank order."""
+        return iter(self.in_neighbors[dst])
+
+    def destinations(self, src: int) -> Iterator[int]:
+        """MSCCLang: the ranks `src` has a link to, in rank order."""
+        return iter(self.out_neighbors[src])
+
+    def bandwidth_constraints(self) -> Iterator[tuple[Sequence[int], Sequence[int], int, str]]:
+        """MSCCLang: one `([src], [dst], bandwidth, 'src→dst')` per link (by destination, then source), then
+        one `(srcs, dsts, bandwidth, name)` per switch."""
+        for link in sorted(self.links, key=lambda x: (x.dst, x.src)):
+            yield [link.src], [link.dst], link.bandwidth, f"{link.src}\u2192{link.dst}"
+        yield from (tuple(switch) for switch in self.switches)  # type: ignore[misc]
 
     # --- lookups -------------------------------------------------------------------------------
     @cached_property
     def link_map(self) -> Mapping[tuple[int, int], Link]:
         return {(link.src, link.dst): link for link in self.links}
 
-    def link(self, src: int, dst: int) -> Link | None:
+    def link_between(self, src: int, dst: int) -> Link | None:
         return self.link_map.get((src, dst))
 
     def has_link(self, src: int, dst: int) -> bool:
@@ -123,11 +184,11 @@ class Topology:
         return tuple(tuple(sorted(x)) for x in inn)
 
     def node_of(self, rank: int) -> int:
-        return 0 if self.nodes is None else self.nodes[rank]
+        return 0 if self.machines is None else self.machines[rank]
 
     @property
-    def num_nodes(self) -> int:
-        return 1 if self.nodes is None else len(set(self.nodes))
+    def num_machines(self) -> int:
+        return 1 if self.machines is None else len(set(self.machines))
 
     def graph(self) -> nx.DiGraph:
         """A networkx view (edge attributes are the link's fields)."""
@@ -160,7 +221,7 @@ class Topology:
                  "beta_us_per_mb": sw.beta_us_per_mb}
                 for sw in self.switches
             ],
-            "nodes": list(self.nodes) if self.nodes is not None else None,
+            "nodes": list(self.machines) if self.machines is not None else None,
             "nics": [list(nic) for nic in self.nics],
             "description": self.description,
         }
@@ -183,7 +244,7 @@ class Topology:
             for s in doc.switches
         )
         return cls(name=doc.name, num_ranks=doc.num_ranks, links=links, switches=switches,
-                   nodes=tuple(doc.nodes) if doc.nodes is not None else None,
+                   machines=tuple(doc.nodes) if doc.nodes is not None else None,
                    nics=tuple(tuple(nic) for nic in doc.nics), description=doc.description)
 
     def fingerprint(self) -> str:

@@ -31,7 +31,7 @@ def reversed_topology(topology: Topology) -> Topology:
     links = tuple(Link(x.dst, x.src, x.bandwidth, x.alpha_us, x.beta_us_per_mb, x.kind) for x in topology.links)
     switches = tuple(Switch(s.name, frozenset((b, a) for a, b in s.links), s.bandwidth, s.beta_us_per_mb)
                      for s in topology.switches)
-    return Topology(f"reversed({topology.name})", topology.num_ranks, links, switches, topology.nodes,
+    return Topology(f"reversed({topology.name})", topology.num_ranks, links, switches, topology.machines,
                     topology.nics, description=topology.description)
 
 

@@ -157,7 +157,7 @@ def load_taccl_profile(data: dict, *, name: str, num_nodes: int | None = None, t
         num_ranks=nodes * gpus,
         links=tuple(links),
         switches=tuple(switches),
-        nodes=tuple(r // gpus for r in range(nodes * gpus)) if nodes > 1 else None,
+        machines=tuple(r // gpus for r in range(nodes * gpus)) if nodes > 1 else None,
         nics=tuple(nics),
         description=f"TACCL profile {profile_name} ({kind}, {nodes} node(s) x {gpus} GPUs, costs for "
                     f"{size_text} chunks, scale x{scale:g})",

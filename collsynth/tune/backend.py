@@ -48,9 +48,9 @@ class VariantPlan:
 
 def variant_fits(variant: MscclppVariant, topology: Topology) -> str | None:
     """None when the variant can be built for the topology, else why not."""
-    if variant.multi_node and topology.num_nodes < 2:
+    if variant.multi_node and topology.num_machines < 2:
         return "needs several nodes"
-    if not variant.multi_node and topology.num_nodes > 1 and variant.channels != "port":
+    if not variant.multi_node and topology.num_machines > 1 and variant.channels != "port":
         return "a one-node algorithm (its memory channels or switch need one node)"
     if variant.channels == "switch" and not supports_switch_channels(topology.name):
         return "needs NVLink SHARP switch channels (h100_nvswitch)"
@@ -119,7 +119,7 @@ def _switch_plan(ir: Algo, topology: Topology, name: str) -> PlanCandidate | str
     failure); a reason when the switch plan fails the interpreter."""
     from collsynth.emit.mscclpp_switch import ir_to_switch_plan, switch_owners
 
-    if not supports_switch_channels(topology.name) or topology.num_nodes != 1:
+    if not supports_switch_channels(topology.name) or topology.num_machines != 1:
         return None
     if isinstance(switch_owners(ir), str):
         return None

@@ -47,7 +47,7 @@ def topology_for(name: str, n: int, nodes: int | None = None) -> Topology:
     if nodes is None and (entry.multi_node or name == "alltonext"):
         nodes = NODES.get(n, 2)
     if nodes is not None:
-        topo = replace(topo, name=f"{topo.name}/{nodes}nodes", nodes=tuple(r // (n // nodes) for r in range(n)))
+        topo = replace(topo, name=f"{topo.name}/{nodes}nodes", machines=tuple(r // (n // nodes) for r in range(n)))
     return topo
 
 
@@ -359,7 +359,7 @@ def test_random_shapes_are_correct(shape) -> None:
     name, n, nodes, params = shape
     topology = fully_connected(n)
     if nodes is not None:
-        topology = replace(topology, nodes=tuple(r // (n // nodes) for r in range(n)))
+        topology = replace(topology, machines=tuple(r // (n // nodes) for r in range(n)))
     program = LIBRARY[name].builder(topology, **params)
     assert check_postcondition(run_symbolic(program)) == []
     result = run_ir(compile_program(program), program)

@@ -25,7 +25,7 @@ def topology(name: str, n: int, nodes: int | None = None):
     if nodes is None and LIBRARY[name].multi_node:
         nodes = NODES[n]
     if nodes is not None:
-        topo = replace(topo, name=f"{topo.name}/{nodes}nodes", nodes=tuple(r // (n // nodes) for r in range(n)))
+        topo = replace(topo, name=f"{topo.name}/{nodes}nodes", machines=tuple(r // (n // nodes) for r in range(n)))
     return topo
 
 

@@ -213,7 +213,7 @@ def _library_irs():
         if entry.multi_node or name == "alltonext":
             from dataclasses import replace
 
-            topo = replace(topo, nodes=tuple(r // 4 for r in range(8)))
+            topo = replace(topo, machines=tuple(r // 4 for r in range(8)))
         params = {"channels": 2} if "channels" in entry.parameters else {}
         for proto in ("Simple", "LL"):
             yield name, compile_program(entry.builder(topo, protocol=proto, **params))

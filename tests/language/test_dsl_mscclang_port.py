@@ -72,7 +72,7 @@ def test_routines() -> None:
 @pytest.mark.parametrize("build", [distributed_fully_connected, distributed_hub_and_spoke])
 def test_distributed_topologies(build) -> None:
     topo = build(fully_connected(4), 2, 1)
-    assert topo.num_ranks == 8 and topo.num_nodes == 2 and topo.has_link(0, 7)
+    assert topo.num_ranks == 8 and topo.num_machines == 2 and topo.has_link(0, 7)
     with MSCCLProgram("dist", topo, AllReduce(8, 8, True)):
         allreduce_ring_inplace(8)
         assert Check() is True

@@ -74,4 +74,4 @@ def test_xml_for_a_target_is_split_to_its_limits(capsys) -> None:
     plain_ir, rccl_ir = read_xml(plain + "</algo>"), read_xml(rccl + "</algo>")
     assert "at most 64 steps per thread block" in target_violation(plain_ir, "rccl")
     assert target_violation(rccl_ir, "rccl") is None
-    assert execute(rccl_ir, backend="cpu", collective=program.collective).passed  # the split IR is still right
+    assert execute(rccl_ir, backend="cpu", collective=program.program().collective).passed  # the split IR is right

@@ -23,7 +23,7 @@ def _two_rank_ring_plan(protocol="Simple"):
 
 def test_one_put_and_signal_cost_the_link_figures():
     topology = resolve_topology("ring:2")
-    link = topology.link(0, 1)
+    link = topology.link_between(0, 1)
     plan = _two_rank_ring_plan()
     chunk_mb = 0.5
     hop = link.alpha_us * latency_scale("LL", link.kind)
@@ -35,7 +35,7 @@ def test_one_put_and_signal_cost_the_link_figures():
 
 def test_packets_cost_an_ll_hop_then_a_local_unpack():
     topology = resolve_topology("ring:2")
-    link = topology.link(0, 1)
+    link = topology.link_between(0, 1)
     plan = _two_rank_ring_plan("LL")
     chunk_mb = 0.25
     hop = link.alpha_us * latency_scale("LL", link.kind) + chunk_mb * link.beta_us_per_mb / EFFICIENCY["LL"]

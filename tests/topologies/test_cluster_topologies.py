@@ -10,7 +10,7 @@ from collsynth.topologies.cluster import fattree, relinked
 
 def test_fattree_shape_and_budgets() -> None:
     topo = builtin("fattree:4")
-    assert topo.num_ranks == 8 and topo.num_nodes == 4
+    assert topo.num_ranks == 8 and topo.num_machines == 4
     assert len(topo.links) == 8 * 7
     ups = [s for s in topo.switches if s.name.endswith("_up")]
     assert len(ups) == 4 and all(s.bandwidth == 2 for s in ups)

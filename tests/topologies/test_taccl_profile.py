@@ -51,7 +51,7 @@ def test_every_shared_example_profile_loads():
 
 def test_ndv2_1mb_link_classes_follow_the_dgx1_mesh():
     topo = load_taccl_profile(_profile("ndv2-1MB"), name="ndv2")
-    assert topo.num_ranks == 8 and topo.nodes is None and len(topo.links) == 32
+    assert topo.num_ranks == 8 and topo.machines is None and len(topo.links) == 32
     for link in topo.links:
         double = DGX1_NVLINKS[link.src][link.dst] == 2
         assert link.beta_us_per_mb == (23.0 if double else 46.0)
@@ -62,9 +62,9 @@ def test_ndv2_1mb_link_classes_follow_the_dgx1_mesh():
 
 def test_scaled_profiles_give_the_same_physical_costs():
     # the 1KB profile is x100, the 32KB one x10: per-MB costs match the 1MB profile within rounding
-    one_mb = load_taccl_profile(_profile("ndv2-1MB"), name="a").link(0, 1)
+    one_mb = load_taccl_profile(_profile("ndv2-1MB"), name="a").link_between(0, 1)
     for name in ("ndv2-1KB", "ndv2-32KB"):
-        link = load_taccl_profile(_profile(name), name="b").link(0, 1)
+        link = load_taccl_profile(_profile(name), name="b").link_between(0, 1)
         assert link.alpha_us == pytest.approx(one_mb.alpha_us)
         assert link.beta_us_per_mb == pytest.approx(one_mb.beta_us_per_mb, rel=0.01)
     assert profile_cost_scale(_profile("ndv2-1KB")) == 100
@@ -74,10 +74,11 @@ def test_scaled_profiles_give_the_same_physical_costs():
 
 def test_two_nodes_add_ib_links_and_a_shared_nic():
     topo = load_taccl_profile(_profile("ndv2-1MB"), name="ndv2", num_nodes=2)
-    assert topo.num_ranks == 16 and topo.num_nodes == 2
+    assert topo.num_ranks == 16 and topo.num_machines == 2
     ib = [link for link in topo.links if link.kind == "ib"]
     assert len(ib) == 2 * 8 * 8
-    assert topo.link(0, 9).alpha_us == pytest.approx(2.6) and topo.link(0, 9).beta_us_per_mb == pytest.approx(105)
+    ib_link = topo.link_between(0, 9)
+    assert ib_link.alpha_us == pytest.approx(2.6) and ib_link.beta_us_per_mb == pytest.approx(105)
     assert topo.nics == (tuple(range(8)), tuple(range(8, 16)))
     nic_out = next(s for s in topo.switches if s.name == "nic_out_0_0")
     assert len(nic_out.links) == 64 and all(a < 8 <= b for a, b in nic_out.links)
@@ -93,7 +94,7 @@ def test_dgx2_has_nvswitch_ports_and_two_gpus_per_nic():
 
 def test_taccl_costs_charge_invbw():
     topo = load_taccl_profile(_profile("ndv2-1KB"), name="x", taccl_costs=True)
-    fast = topo.link(0, 1)
+    fast = topo.link_between(0, 1)
     assert fast.alpha_us == 0.0
     assert fast.cost_us(1 / 1024) == pytest.approx(0.3225)
 
@@ -105,7 +106,7 @@ def test_custom_matrices_are_indexed_dst_src():
             "invbws": [[0, 10, 0], [0, 0, 0], [20, 0, 0]]}
     topo = load_taccl_profile(data, name="tiny")
     assert {(link.src, link.dst) for link in topo.links} == {(1, 0), (0, 2)}
-    assert topo.link(1, 0).beta_us_per_mb == 10 and topo.link(0, 2).beta_us_per_mb == 20
+    assert topo.link_between(1, 0).beta_us_per_mb == 10 and topo.link_between(0, 2).beta_us_per_mb == 20
 
 
 def test_profile_detection():
@@ -137,4 +138,4 @@ def test_unknown_chunk_size_asks_for_chunk_bytes():
     with pytest.raises(TopologyError, match="chunk_bytes"):
         load_taccl_profile(data, name="ndv2")
     data["chunk_bytes"] = 1 << 20
-    assert load_taccl_profile(data, name="ndv2").link(0, 1).beta_us_per_mb == 23.0
+    assert load_taccl_profile(data, name="ndv2").link_between(0, 1).beta_us_per_mb == 23.0

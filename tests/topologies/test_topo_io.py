@@ -54,7 +54,7 @@ def test_minimal_file_uses_defaults(tmp_path):
     path = tmp_path / "mini.json"
     path.write_text(json.dumps({"num_ranks": 2, "links": [{"src": 0, "dst": 1}, {"src": 1, "dst": 0}]}))
     topo = load_topology(path)
-    assert topo.num_ranks == 2 and topo.bandwidth(0, 1) == 1 and topo.link(0, 1).kind == "nvlink"
+    assert topo.num_ranks == 2 and topo.bandwidth(0, 1) == 1 and topo.link_between(0, 1).kind == "nvlink"
 
 
 def test_documented_example_loads(tmp_path):
@@ -66,7 +66,7 @@ def test_documented_example_loads(tmp_path):
     path = tmp_path / "example.json"
     path.write_text(example)
     topo = load_topology(path)
-    assert topo.num_ranks == 4 and topo.nodes == (0, 0, 1, 1) and len(topo.switches) == 2
+    assert topo.num_ranks == 4 and topo.machines == (0, 0, 1, 1) and len(topo.switches) == 2
 
 
 @pytest.mark.parametrize("path", TACCL_FILES, ids=[p.name for p in TACCL_FILES])
@@ -77,7 +77,7 @@ def test_taccl_profiles_load(path):
     assert topo.num_ranks == gpus
     assert resolve_topology(str(path)) == topo
     two = resolve_topology(f"2x{path}")
-    assert two.num_ranks == 2 * gpus and two.num_nodes == 2
+    assert two.num_ranks == 2 * gpus and two.num_machines == 2
     assert any(link.kind == "ib" for link in two.links)
 
 

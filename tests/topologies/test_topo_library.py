@@ -49,8 +49,8 @@ SINGLE_NODE_NAMES = [name for name, _, _ in EXPECTED if not re.match(r"\d+x", na
 
 
 def undirected_symmetric(topo: Topology) -> bool:
-    return all(topo.link(x.dst, x.src) == type(x)(x.dst, x.src, x.bandwidth, x.alpha_us, x.beta_us_per_mb, x.kind)
-               for x in topo.links)
+    return all(topo.link_between(x.dst, x.src)
+               == type(x)(x.dst, x.src, x.bandwidth, x.alpha_us, x.beta_us_per_mb, x.kind) for x in topo.links)
 
 
 @pytest.mark.parametrize(("name", "ranks", "links"), EXPECTED)
@@ -84,7 +84,7 @@ def test_dgx1_has_six_nvlinks_per_gpu_and_the_cube_mesh():
     doubles = {(x.src, x.dst) for x in topo.links if x.bandwidth == 2 and x.src < x.dst}
     assert doubles == {(0, 1), (0, 4), (1, 3), (2, 3), (2, 6), (4, 5), (5, 7), (6, 7)}
     # two parallel NVLinks move a chunk twice as fast under the alpha-beta model
-    assert topo.link(0, 1).beta_us_per_mb == pytest.approx(topo.link(0, 2).beta_us_per_mb / 2)
+    assert topo.link_between(0, 1).beta_us_per_mb == pytest.approx(topo.link_between(0, 2).beta_us_per_mb / 2)
 
 
 def test_ndv2_is_dgx1_links_plus_one_nic():
@@ -108,13 +108,13 @@ def test_nvswitch_nodes_have_port_budgets(name, ranks):
 
 
 def test_newer_machines_are_faster():
-    beta = {name: builtin(name).link(0, 1).beta_us_per_mb for name in ("dgx2", "ndv4", "h100_nvswitch")}
-    alpha = {name: builtin(name).link(0, 1).alpha_us for name in ("dgx2", "ndv4", "h100_nvswitch")}
+    beta = {name: builtin(name).link_between(0, 1).beta_us_per_mb for name in ("dgx2", "ndv4", "h100_nvswitch")}
+    alpha = {name: builtin(name).link_between(0, 1).alpha_us for name in ("dgx2", "ndv4", "h100_nvswitch")}
     assert beta["dgx2"] > beta["ndv4"] > beta["h100_nvswitch"]
     assert alpha["dgx2"] >= alpha["ndv4"] > alpha["h100_nvswitch"]
     assert IB_EDR.beta_us_per_mb > IB_HDR.beta_us_per_mb > IB_NDR.beta_us_per_mb
     # NVLink inside a node is faster than the NIC between nodes
-    assert builtin("dgx1").link(0, 2).beta_us_per_mb < IB_EDR.beta_us_per_mb
+    assert builtin("dgx1").link_between(0, 2).beta_us_per_mb < IB_EDR.beta_us_per_mb
 
 
 def test_nics_per_machine():
@@ -158,8 +158,8 @@ def test_amd_layouts():
 
 def test_multi_node_composition():
     topo = builtin("2xndv2")
-    assert topo.nodes == (0,) * 8 + (1,) * 8
-    assert topo.num_nodes == 2
+    assert topo.machines == (0,) * 8 + (1,) * 8
+    assert topo.num_machines == 2
     assert topo.nics == (tuple(range(8)), tuple(range(8, 16)))
     ib = [x for x in topo.links if x.kind == "ib"]
     assert all(topo.node_of(x.src) != topo.node_of(x.dst) for x in ib)
@@ -172,7 +172,7 @@ def test_multi_node_composition():
     covered = set().union(*(s.links for s in nic_switches))
     assert covered == {(x.src, x.dst) for x in ib}
     # intra-node links are the node's, shifted
-    assert topo.link(8, 9).bandwidth == 2 and topo.link(8, 9).kind == "nvlink"
+    assert topo.link_between(8, 9).bandwidth == 2 and topo.link_between(8, 9).kind == "nvlink"
 
 
 def test_multi_node_nic_sharing_and_network_class():

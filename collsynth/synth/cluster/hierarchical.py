@@ -40,10 +40,10 @@ RAIL_SOURCES = ("direct", "ring", "oneshot")
 
 def groups_of(topology: Topology) -> list[list[int]]:
     """Ranks per node, each sorted; refuses one-node topologies, unequal nodes and shared NICs."""
-    if topology.nodes is None or topology.num_nodes < 2:
+    if topology.machines is None or topology.num_machines < 2:
         raise GreedyError(f"hierarchical: {topology.name} is one node; use `synth greedy` or `synth trees`")
     nodes: dict[int, list[int]] = {}
-    for rank, node in enumerate(topology.nodes):
+    for rank, node in enumerate(topology.machines):
         nodes.setdefault(node, []).append(rank)
     groups = [sorted(nodes[k]) for k in sorted(nodes)]
     if len({len(g) for g in groups}) != 1:
@@ -99,7 +99,7 @@ def model_time_us(algorithm: Algorithm, size_bytes: int) -> float:
         per_link = Counter((s.src, s.dst) for s in step.sends)
         slowest = 0.0
         for (a, b), count in per_link.items():
-            link = topology.link(a, b)
+            link = topology.link_between(a, b)
             assert link is not None
             slowest = max(slowest, link.alpha_us + count / link.bandwidth * chunk_mb * link.beta_us_per_mb)
         for switch in topology.switches:
