@@ -37,7 +37,7 @@ from collsynth.collectives import Collective, make_collective
 from collsynth.core.enums import Status
 from collsynth.encodings.cut_bounds import cut_bound_us, set_bound_us
 from collsynth.schedule import COPY, REDUCE, Algorithm, Step, SynthesisResult, verify
-from collsynth.synth.cluster.forest import exact_packing
+from collsynth.synth.cluster.forest import ExactPacking, exact_packing, switched_packing
 from collsynth.synth.cluster.greedy import _reverse, _steps, chunk_megabytes
 from collsynth.synth.cluster.timexp import MIB, GreedyError, run_greedy
 from collsynth.topologies import Topology
@@ -169,8 +169,8 @@ def _mwu_packing(topology: Topology) -> Packing:
     return Packing(trees, f"multiplicative-weights minimum arborescences ({MWU_TREES} per root)")
 
 
-def _flow_packing(topology: Topology) -> Packing:
-    exact = exact_packing(topology)
+def _flow_packing(topology: Topology, exact: ExactPacking | None = None) -> Packing:
+    exact = exact or exact_packing(topology)
     trees = {root: [(1.0 / exact.per_root, tree) for mu, tree in weighted for _ in range(mu)]
              for root, weighted in exact.trees.items()}
     distinct = sum(len(w) for w in exact.trees.values())
@@ -186,7 +186,8 @@ def pack(topology: Topology) -> Packing:
         return _symmetric_packing(shape[0], shape[1], topology.num_ranks)
     if not topology.switches:
         return _flow_packing(topology)
-    return _mwu_packing(topology)
+    split = switched_packing(topology)
+    return _mwu_packing(topology) if split is None else _flow_packing(topology, split)
 
 
 def _routes(packing: Packing, collective: Collective, chunks_per_root: int) -> dict[tuple[int, int], list[int]]:
