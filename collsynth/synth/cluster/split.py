@@ -15,7 +15,8 @@ x -> y, for the largest m that keeps every rank v at connectivity lambda(s, v) >
 the packing (checked by max-flows); the arcs left at z are then deleted (checked again). By the splitting
 theorem of Bang-Jensen, Frank and Jackson (rooted arc-connectivity is preserved by a complete splitting at
 a node with in-degree >= out-degree) a complete splitting exists for switches whose ports are symmetric.
-Only splits whose walk is (a contiguous part of) some link's chain are made, so every arc left between
+Fan-outs (relays with more capacity out than in, e.g. a NIC shared by several GPUs) go first. Only splits
+whose walk is (a contiguous part of) some link's chain are made, so every arc left between
 ranks is a real link, and a packing on the split graph loads every budget at most its capacity. When the
 splitting gets stuck, the caller falls back (and its certificate is checked against the cut bound anyway).
 """
@@ -249,7 +250,13 @@ def split_relays(graph: RelayGraph, rate: Fraction) -> dict[tuple[int, int], int
     splitter = _Splitter(graph, rate.numerator, rate.denominator)
     if not splitter.connected():
         return None
-    for z in range(graph.n, graph.num_nodes):
+    surplus = [0] * graph.num_nodes  # out-capacity minus in-capacity
+    for a, b, _, cap in graph.arcs:
+        surplus[a] += cap
+        surplus[b] -= cap
+    # fan-outs (more out than in, where the splitting theorem does not apply) first, while the switches they
+    # feed are still whole and can forward what a fan-out gives to one rank
+    for z in sorted(range(graph.n, graph.num_nodes), key=lambda z: (-surplus[z], z)):
         if not splitter.split_off(z):
             return None
     return splitter.rank_caps()
