@@ -35,6 +35,7 @@ from collsynth.topologies import Topology
 Tree = dict[int, int]  # child -> parent
 MAX_TREES = 1024  # n * P trees in all: beyond this the flow checks (n per tree arc) cost too much
 MIN_TREES_PER_ROOT = 8  # ... but small ranks counts may always use this many per root
+SWITCHED_MAX_RANKS = 64  # relay splitting costs ~n max-flows per split pair: minutes past this
 
 
 @dataclass(frozen=True)
@@ -186,11 +187,11 @@ def pack_arborescences(n: int, caps: dict[tuple[int, int], int], per_root: int) 
 
 def switched_packing(topology: Topology, max_per_root: int | None = None) -> ExactPacking | None:
     """The exact packing of a topology with switches: the optimal rate on its relay graph, the relays split
-    off (`split`), then arborescences on the links left; None when the fabric is not a relay graph or the
-    splitting gets stuck (the caller falls back)."""
+    off (`split`), then arborescences on the links left; None when the fabric is not a relay graph, has more
+    than SWITCHED_MAX_RANKS ranks, or the splitting gets stuck (the caller falls back)."""
     n = topology.num_ranks
-    graph = relay_graph(topology)
-    if graph is None or n < 2:
+    graph = relay_graph(topology) if 2 <= n <= SWITCHED_MAX_RANKS else None
+    if graph is None:
         return None
     best, cut = optimal_rate_graph(n, graph.num_nodes, [(a, b, c) for a, b, _, c in graph.arcs])
     rate = _fewer_trees(best, max_per_root or trees_per_root_limit(n))

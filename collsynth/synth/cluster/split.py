@@ -130,8 +130,8 @@ def relay_graph(topology: Topology) -> RelayGraph | None:
     ends = None if chains is None else _relay_nodes(topology, chains)
     if chains is None or ends is None:
         return None
-    rates = [sw.bandwidth / sw.beta_us_per_mb for sw in topology.switches] + [1 / x.beta_us_per_mb for x in topology.links]
-    caps = integer_rates(rates)
+    caps = integer_rates([sw.bandwidth / sw.beta_us_per_mb for sw in topology.switches]
+                         + [1 / x.beta_us_per_mb for x in topology.links])
     arcs: dict[Label, tuple[int, int, Label, int]] = {(b,): (ends[2 * b], ends[2 * b + 1], (b,), caps[b])
                                                        for b in range(budgets)}
     allowed: set[tuple[int, Label, int]] = set()

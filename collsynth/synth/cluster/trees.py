@@ -16,9 +16,12 @@ Packings:
   from Dinkelbach's iteration on max-flows, then integral arborescences grown as in Lovasz's proof of
   Edmonds' theorem; its minimum cut is kept, and the certificate compares the packing's link loads with the
   cut bound of that set (and of the cut bound's own sets).
-- topologies with switches: multiplicative weights (no edge splitting yet). Each root gets `MWU_TREES`
-  minimum spanning arborescences (networkx's Edmonds, integer prices exp(ETA * load / cap)); the rate is
-  reported against the bound, and certified only when it meets it.
+- topologies with switches, up to `forest.SWITCHED_MAX_RANKS` ranks, whose budgets form a switch fabric
+  (`split.relay_graph`): the optimal rate on the graph with the switches as relay nodes, the relays split
+  off by edge splitting (`split`), then the exact packing on the rank-to-rank links left.
+- other switched topologies: multiplicative weights. Each root gets `MWU_TREES` minimum spanning
+  arborescences (networkx's Edmonds, integer prices exp(ETA * load / cap)); the rate is reported against
+  the bound, and certified only when it meets it.
 The schedule is made by the time-expanded matching confined to each chunk's tree (`timexp` routes).
 ReduceScatter runs AllGather's trees reversed; AllReduce is ReduceScatter then AllGather.
 """
@@ -203,9 +206,12 @@ def _routes(packing: Packing, collective: Collective, chunks_per_root: int) -> d
 
 
 def _symmetric_links(topology: Topology) -> bool:
-    """Every link has a reverse of the same cost (then a packing serves the reversed topology as well)."""
+    """Every link has a reverse of the same cost and every budget a mirrored one (then a packing serves the
+    reversed topology as well)."""
     costs = {(x.src, x.dst): (x.alpha_us, x.beta_us_per_mb) for x in topology.links}
-    return all(costs.get((d, s)) == cost for (s, d), cost in costs.items())
+    budgets = {(sw.links, sw.bandwidth, sw.beta_us_per_mb) for sw in topology.switches}
+    mirrored = {(frozenset((d, s) for s, d in sw.links), sw.bandwidth, sw.beta_us_per_mb) for sw in topology.switches}
+    return all(costs.get((d, s)) == cost for (s, d), cost in costs.items()) and budgets == mirrored
 
 
 def _tree_steps(topology: Topology, collective: Collective, chunk_mb: float, chunks: int,
