@@ -255,7 +255,7 @@ def trees(topology: Topology, collective: Collective, size_bytes: int = 1 << 30,
     bound = max(cut_bound_us(topology, ag, size_bytes).time_us,
                 set_bound_us(topology, ag, size_bytes, packing.cut).time_us if packing.cut else 0.0) - alpha
     rate_time = packing.unit_time_us(topology, unit_mb)
-    certified = rate_time <= bound * (1 + 1e-9)
+    certified = bool(rate_time <= bound * (1 + 1e-9))
     provenance = {"synthesizer": "trees", "packing": packing.method, "size_bytes": size_bytes,
                   "chunks_per_tree": chunks_per_tree, "makespan_us": makespan, "packing_time_us": rate_time,
                   "cut_bound_us": bound, "certified_optimal": certified}
