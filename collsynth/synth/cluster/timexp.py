@@ -118,10 +118,6 @@ class _State:
         self._sel = np.zeros(0, dtype=np.int64)
         self.rows: list[tuple[np.ndarray, np.ndarray, float]] = []  # (links, chunks, start)
         self.allowed = None if routes is None else _allowed(links, routes, k)
-        # routed runs through switches: each sender's transfers still to start (its busiest links go first)
-        self.backlog = None
-        if self.allowed is not None and (links.switches >= 0).any():
-            self.backlog = np.bincount(links.src, weights=self.allowed.sum(axis=1), minlength=n)
 
     def land(self, now: float) -> None:
         """Apply every arrival due by `now` (one vectorised update over all of them)."""
@@ -159,8 +155,6 @@ class _State:
     def match(self, now: float) -> int:
         """Give every eligible link at `now` a chunk, in groups of distinct receivers; returns transfers begun."""
         free = self.eligible(now)
-        if self.backlog is not None:  # per receiver, the links of the senders with the most left to send first
-            free = free[np.lexsort((-self.backlog[self.links.src[free]], self.links.dst[free]))]
         if not len(free):
             return 0
         dst_all = self.links.dst[free]
@@ -198,8 +192,6 @@ class _State:
             mine = which == i
             self.arrivals[end].append((links[mine], chunks[mine]))
         self.rows.append((links, chunks, now))
-        if self.backlog is not None:
-            np.subtract.at(self.backlog, self.links.src[links], 1)
         return len(links)
 
 
