@@ -7,8 +7,9 @@ most data per microsecond those links can carry,
     T >= min_alpha + need_mb(S) / rate(S)
 
 and the bound is the maximum over the sets tried: every single rank (the *ingress* bound: each rank must
-receive what it lacks through its own links), balls of growing radius around sampled ranks, and the nodes
-of a multi-node topology. `rate(S)` sums the links into S; each switch caps the links it shares
+receive what it lacks through its own links), balls of growing radius around sampled ranks, the nodes
+of a multi-node topology, and the two halves by rank number (a bisection of row-major tori and meshes and of
+hypercubes, which is what bounds AllToAll there). `rate(S)` sums the links into S; each switch caps the links it shares
 (lanes / beta); every link is charged to one switch at most, which keeps the sum an upper bound on the flow.
 
 The LP flow bound of `encodings/bounds.py` is tighter for small instances; these are the cut bounds that
@@ -34,7 +35,7 @@ BALL_CENTRES = 8  # ranks (spread evenly) whose balls of every radius are tried 
 
 @dataclass(frozen=True)
 class CutBound:
-    """A lower bound in microseconds and the set that gives it (`kind`: ingress, ball or node)."""
+    """A lower bound in microseconds and the set that gives it (`kind`: ingress, ball, node or half)."""
 
     time_us: float
     kind: str
@@ -59,17 +60,17 @@ class _Cuts:
             for link in switch.links:
                 if self.group[index[link]] < 0:
                     self.group[index[link]] = g
-        self.pre = np.zeros((collective.num_chunks, self.n), dtype=bool)
-        self.post = np.zeros((collective.num_chunks, self.n), dtype=bool)
-        for c in range(collective.num_chunks):
-            self.pre[c, list(collective.pre[c])] = True
-            self.post[c, list(collective.post[c])] = True
+        # (chunk, rank) pairs, not chunks x ranks tables: a 1024-rank AllToAll has 1M chunks (1 GB per table)
+        self.num_chunks = collective.num_chunks
+        self.pre_chunk, self.pre_rank = _pairs(collective.pre)
+        self.post_chunk, self.post_rank = _pairs(collective.post)
         self.chunk_mb = chunk_mb
         self.alpha = min((x.alpha_us for x in links), default=0.0)
 
     def ingress(self) -> CutBound:
         """All single-rank cuts at once (the same formula, vectorised over ranks)."""
-        need = (self.post & ~self.pre).sum(axis=0)
+        held = np.isin(self.post_chunk * self.n + self.post_rank, self.pre_chunk * self.n + self.pre_rank)
+        need = np.bincount(self.post_rank[~held], minlength=self.n)
         alone = self.group < 0
         rate = np.bincount(self.dst[alone], weights=self.rate[alone], minlength=self.n).astype(float)
         shared = ~alone
@@ -86,17 +87,28 @@ class _Cuts:
 
     def time_us(self, members: np.ndarray) -> float:
         # T(S) = alpha + |{c : post(c) meets S, pre(c) misses S}| * chunk_mb / rate(into S)
-        need = int((self.post[:, members].any(axis=1) & ~self.pre[:, members].any(axis=1)).sum())
-        if need == 0:
-            return 0.0
         inside = np.zeros(self.n, dtype=bool)
         inside[members] = True
+        wanted = np.zeros(self.num_chunks, dtype=bool)
+        wanted[self.post_chunk[inside[self.post_rank]]] = True
+        wanted[self.pre_chunk[inside[self.pre_rank]]] = False
+        need = int(wanted.sum())
+        if need == 0:
+            return 0.0
         cut = ~inside[self.src] & inside[self.dst]
         free = self.rate[cut & (self.group < 0)].sum()
         grouped = np.bincount(self.group[cut & (self.group >= 0)], weights=self.rate[cut & (self.group >= 0)],
                               minlength=len(self.group_cap))
         rate = free + np.minimum(grouped, self.group_cap).sum()
         return float("inf") if rate <= 0 else self.alpha + need * self.chunk_mb / rate
+
+
+def _pairs(placement: tuple[frozenset[int], ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The (chunk, rank) pairs of a pre- or postcondition, as two arrays."""
+    sizes = np.fromiter(map(len, placement), dtype=np.int64, count=len(placement))
+    chunks = np.repeat(np.arange(len(placement), dtype=np.int64), sizes)
+    ranks = np.fromiter((r for ranks in placement for r in ranks), dtype=np.int64, count=int(sizes.sum()))
+    return chunks, ranks
 
 
 def _candidate_sets(topology: Topology) -> list[tuple[str, tuple[int, ...]]]:
@@ -113,6 +125,8 @@ def _candidate_sets(topology: Topology) -> list[tuple[str, tuple[int, ...]]]:
     if topology.machines is not None and topology.num_machines > 1:
         for node in sorted(set(topology.machines)):
             sets.append(("node", tuple(r for r in range(n) if topology.machines[r] == node)))
+    if n >= 4:  # the two halves by rank number: a bisection of row-major tori, meshes and hypercubes (AllToAll)
+        sets += [("half", tuple(range(n // 2))), ("half", tuple(range(n // 2, n)))]
     return sets
 
 

@@ -12,6 +12,7 @@ from collsynth.synth.cluster.timexp import GreedyError
 from collsynth.synth.cluster.trees import pack, trees
 from collsynth.topologies import builtin
 from collsynth.topologies.cluster import relinked
+from collsynth.topologies.model import Link, Switch, Topology
 
 
 @pytest.mark.parametrize("topology", ["torus:3x3", "torus:4x4", "hypercube:3", "hypercube:4", "torus:3x3x3"])
@@ -50,11 +51,18 @@ def test_certified_and_verified(topology: str, name: str) -> None:
     assert algorithm.provenance["packing_time_us"] == pytest.approx(bound)
 
 
-@pytest.mark.parametrize("topology", ["mesh2d:3x4", "fattree:4"])
+def _odd_switch() -> Topology:
+    # a budget over two links that are not all pairs of its senders and receivers: not a switch fabric
+    links = tuple(Link(u, v) for u in range(4) for v in range(4) if u != v)
+    return Topology("oddswitch4", 4, links, (Switch("pair", frozenset({(0, 1), (2, 3)}), 1),))
+
+
+@pytest.mark.parametrize("topology", ["mesh2d:3x4", "fattree:4", "oddswitch"])
 def test_packing_reports_its_gap_honestly(topology: str) -> None:
-    """mesh2d:3x4 takes the exact flow packing (certified); fattree:4 has switches and takes multiplicative
-    weights, certified only if its packing time meets the bound."""
-    topo = builtin(topology)
+    """mesh2d:3x4 takes the exact flow packing and fattree:4 the exact packing after splitting off its switches
+    (both certified); a budget that is not a switch fabric takes multiplicative weights, certified only if
+    its packing time meets the bound."""
+    topo = _odd_switch() if topology == "oddswitch" else builtin(topology)
     result = trees(topo, make_collective("allgather", topo.num_ranks), 16 * MIB, chunks_per_tree=1)
     algorithm = result.algorithm
     assert algorithm is not None
@@ -62,10 +70,10 @@ def test_packing_reports_its_gap_honestly(topology: str) -> None:
     provenance = algorithm.provenance
     assert provenance["packing_time_us"] >= provenance["cut_bound_us"] * (1 - 1e-9)
     assert provenance["certified_optimal"] == (provenance["packing_time_us"] <= provenance["cut_bound_us"] * (1 + 1e-9))
-    if topology.startswith("mesh"):
-        assert provenance["certified_optimal"] and provenance["packing"].startswith("exact packing by flows")
-    else:
+    if topology == "oddswitch":
         assert provenance["packing"].startswith("multiplicative-weights")
+    else:
+        assert provenance["certified_optimal"] and provenance["packing"].startswith("exact packing by flows")
 
 
 def test_unsupported_collective_is_refused() -> None:

@@ -14,9 +14,11 @@ every set S of ranks: the cut bound. So:
    to a new rank only if the rest still has lambda(s, b) >= k - mu (then every rank does: removing (a, b)
    only lowers cuts that contain b); the lemma guarantees a safe arc exists for mu = 1. A tree is first
    tried with multiplicity mu = its root's remaining P (one tree carrying all of the root's data), then
-   halved down to 1. Rates whose P exceeds MAX_TREES_PER_ROOT are rounded down to p/q with p <= that.
+   halved down to 1. Rates whose P exceeds `trees_per_root_limit(n)` (MAX_TREES / n, at least 8) are
+   rounded down to p/q with p <= that.
 
-Switches are not modelled here (no edge splitting): topologies with switches go to the caller's fallback.
+Topologies with switches: `switched_packing` computes the rate on the relay graph (switches as nodes) and
+splits the relays off (`split`) before growing the trees on the links left.
 """
 
 from __future__ import annotations
@@ -26,11 +28,14 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from collsynth.synth.cluster.flow import FlowNetwork
+from collsynth.synth.cluster.split import integer_rates, relay_graph, split_relays
 from collsynth.synth.cluster.timexp import GreedyError
 from collsynth.topologies import Topology
 
 Tree = dict[int, int]  # child -> parent
-MAX_TREES_PER_ROOT = 8  # beyond this the flow checks (n per tree) cost too much: round the rate down
+MAX_TREES = 1024  # n * P trees in all: beyond this the flow checks (n per tree arc) cost too much
+MIN_TREES_PER_ROOT = 8  # ... but small ranks counts may always use this many per root
+SWITCHED_MAX_RANKS = 64  # relay splitting costs ~n max-flows per split pair: minutes past this
 
 
 @dataclass(frozen=True)
@@ -46,11 +51,9 @@ class ExactPacking:
 
 
 def _link_capacities(topology: Topology) -> dict[tuple[int, int], int]:
-    # cap(l) = rate(l) / rate(fastest link), as exact small fractions scaled to integers
-    fastest = min(x.beta_us_per_mb for x in topology.links)
-    ratios = {(x.src, x.dst): Fraction(fastest / x.beta_us_per_mb).limit_denominator(64) for x in topology.links}
-    scale = math.lcm(*(r.denominator for r in ratios.values()))
-    return {link: int(r * scale) for link, r in ratios.items()}
+    # cap(l) proportional to rate(l) = 1 / beta(l), as integers (`split.integer_rates`)
+    caps = integer_rates([1 / x.beta_us_per_mb for x in topology.links])
+    return {(x.src, x.dst): c for x, c in zip(topology.links, caps, strict=True)}
 
 
 def _network(n: int, caps: dict[tuple[int, int], int], per_rank: int,
@@ -64,21 +67,32 @@ def _network(n: int, caps: dict[tuple[int, int], int], per_rank: int,
 
 def optimal_rate(n: int, caps: dict[tuple[int, int], int]) -> tuple[Fraction, tuple[int, ...]]:
     """x* = min over rank sets S of cap(into S) / (n - |S|) (Dinkelbach on max-flows) and its set S."""
+    return optimal_rate_graph(n, n, [(a, b, c) for (a, b), c in sorted(caps.items())])
+
+
+def optimal_rate_graph(n: int, num_nodes: int, arcs: list[tuple[int, int, int]]) -> tuple[Fraction, tuple[int, ...]]:
+    """The same on a graph whose nodes n..num_nodes-1 are relays (switches): only ranks need the data, and a
+    cut T (sink side, relays included) gives the ratio cap(into T) / (n - |T & ranks|)."""
     into = [0] * n
-    for (_, v), c in caps.items():
-        into[v] += c
+    for _, v, c in arcs:
+        if v < n:
+            into[v] += c
     best = min(range(n), key=lambda v: into[v])
     cut: tuple[int, ...]
     rate, cut = Fraction(into[best], n - 1), (best,)
     while True:
-        net, _, _ = _network(n, caps, rate.numerator, rate.denominator)
+        net = FlowNetwork(num_nodes + 1)
+        for a, b, c in arcs:
+            net.add_arc(a, b, c * rate.denominator)
+        for u in range(n):
+            net.add_arc(num_nodes, u, rate.numerator)
         need = n * rate.numerator
         for v in range(n):
-            flow, residual = net.max_flow(n, v, need)
+            flow, residual = net.max_flow(num_nodes, v, need)
             if flow < need:  # the minimum cut around v is below the current ratio
-                side = tuple(u for u in net.sink_side(n, residual) if u < n)
-                inside = set(side)
-                capacity = sum(c for (a, b), c in caps.items() if b in inside and a not in inside)
+                inside = set(net.sink_side(num_nodes, residual)) - {num_nodes}
+                capacity = sum(c for a, b, c in arcs if b in inside and a not in inside)
+                side = tuple(sorted(u for u in inside if u < n))
                 rate, cut = Fraction(capacity, n - len(side)), side
                 break
         else:
@@ -123,7 +137,12 @@ def _fewer_trees(rate: Fraction, most: int) -> Fraction:
     return Fraction(most, math.ceil(most / rate))
 
 
-def exact_packing(topology: Topology, max_per_root: int = MAX_TREES_PER_ROOT) -> ExactPacking:
+def trees_per_root_limit(n: int) -> int:
+    """The most trees per root a packing of n ranks builds before its rate is rounded down."""
+    return max(MIN_TREES_PER_ROOT, MAX_TREES // max(n, 1))
+
+
+def exact_packing(topology: Topology, max_per_root: int | None = None) -> ExactPacking:
     """The optimal-rate AllGather packing of a switchless topology (see the module docstring). When the optimal
     rate P/Q needs more than `max_per_root` trees per root, the packing runs at the largest rate p/q below it
     with p <= max_per_root (then `rate` < `optimal` and the certificate fails, honestly)."""
@@ -132,12 +151,18 @@ def exact_packing(topology: Topology, max_per_root: int = MAX_TREES_PER_ROOT) ->
         return ExactPacking({0: [(1, {})]}, 1, Fraction(1), (), Fraction(1))
     caps = _link_capacities(topology)
     best, cut = optimal_rate(n, caps)
-    rate = _fewer_trees(best, max_per_root)
+    rate = _fewer_trees(best, max_per_root or trees_per_root_limit(n))
     if rate == 0:
         raise GreedyError(f"trees: {topology.name} is not strongly connected (no rank set {list(cut)[:8]} can be "
                           "reached from the others); add links or use `synth greedy`")
-    per_root = rate.numerator
-    net, arcs, source_arcs = _network(n, caps, per_root, rate.denominator)
+    trees = pack_arborescences(n, {link: cap * rate.denominator for link, cap in caps.items()}, rate.numerator)
+    return ExactPacking(trees, rate.numerator, rate, cut, best)
+
+
+def pack_arborescences(n: int, caps: dict[tuple[int, int], int], per_root: int) -> dict[int, list[tuple[int, Tree]]]:
+    """`per_root` spanning arborescences from every rank, with multiplicities, within the integer `caps`
+    (already scaled by the rate's denominator); feasible when every rank has lambda(s, v) >= n * per_root."""
+    net, arcs, source_arcs = _network(n, caps, per_root, 1)
     left = [per_root] * n
     k = n * per_root
     trees: dict[int, list[tuple[int, Tree]]] = {r: [] for r in range(n)}
@@ -157,4 +182,23 @@ def exact_packing(topology: Topology, max_per_root: int = MAX_TREES_PER_ROOT) ->
             trees[root].append((mu, tree))
             left[root] -= mu
             k -= mu
-    return ExactPacking(trees, per_root, rate, cut, best)
+    return trees
+
+
+def switched_packing(topology: Topology, max_per_root: int | None = None) -> ExactPacking | None:
+    """The exact packing of a topology with switches: the optimal rate on its relay graph, the relays split
+    off (`split`), then arborescences on the links left; None when the fabric is not a relay graph, has more
+    than SWITCHED_MAX_RANKS ranks, or the splitting gets stuck (the caller falls back)."""
+    n = topology.num_ranks
+    graph = relay_graph(topology) if 2 <= n <= SWITCHED_MAX_RANKS else None
+    if graph is None:
+        return None
+    best, cut = optimal_rate_graph(n, graph.num_nodes, [(a, b, c) for a, b, _, c in graph.arcs])
+    rate = _fewer_trees(best, max_per_root or trees_per_root_limit(n))
+    if rate == 0:
+        raise GreedyError(f"trees: {topology.name} is not strongly connected (no rank set {list(cut)[:8]} can be "
+                          "reached from the others); add links or use `synth greedy`")
+    caps = split_relays(graph, rate)
+    if caps is None:
+        return None
+    return ExactPacking(pack_arborescences(n, caps, rate.numerator), rate.numerator, rate, cut, best)

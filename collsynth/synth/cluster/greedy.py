@@ -1,7 +1,9 @@
 """`greedy(topology, collective, size)`: the time-expanded greedy synthesizer (issue 10, item 1).
 
 - Non-combining collectives (AllGather, Broadcast, Gather, Scatter, AllToAll) run the link-chunk matching
-  of `timexp` directly.
+  of `timexp` directly; one-destination collectives (AllToAll, Gather, Scatter) also run the
+  per-destination engine of `unicast` and keep the shorter schedule (past timexp's (ranks x chunks) limit,
+  e.g. AllToAll at 512+ ranks, only `unicast` runs).
 - ReduceScatter and Reduce are the reversed duals of AllGather and Broadcast: the dual's schedule on the
   reversed topology, run backwards in time (a copy c u->v over [s, s+d] becomes a reduce c v->u over
   [T-s-d, T-s]); in the dual every rank receives a chunk once, so in the reverse every rank sends its
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import time
 from itertools import repeat
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +26,8 @@ from collsynth.collectives import Collective, make_collective
 from collsynth.core.enums import Op, Status
 from collsynth.schedule import COPY, REDUCE, Algorithm, Send, Step, SynthesisResult, verify
 from collsynth.schedule.transforms import TimedSends, reversed_sends
-from collsynth.synth.cluster.timexp import MIB, GreedyError, Transfers, run_greedy
+from collsynth.synth.cluster.timexp import MAX_CELLS, MIB, GreedyError, Transfers, link_arrays, run_greedy
+from collsynth.synth.cluster.unicast import run_unicast
 from collsynth.topologies import Topology
 from collsynth.topologies.symmetry import reversed_topology
 
@@ -35,14 +39,23 @@ def chunk_megabytes(collective: Collective, size_bytes: int) -> float:
     return size_bytes / max(collective.input_chunks, collective.output_chunks) / MIB
 
 
+def _shared(values: np.ndarray) -> list[Any]:
+    """The values as Python objects, one object per distinct value: a 1024-rank AllToAll has ~17M sends, and
+    its chunk, rank and time objects would otherwise be ~1 GB."""
+    distinct, inverse = np.unique(values, return_inverse=True)
+    pool = np.empty(len(distinct), dtype=object)
+    pool[:] = distinct.tolist()
+    return list(pool[inverse.ravel()])
+
+
 def _steps(transfers: Transfers, op: Op, offset_us: float = 0.0) -> tuple[Step, ...]:
     """One step per distinct start time (transfers sorted by start), one round each."""
     order = np.lexsort((transfers.src, transfers.chunk, transfers.start_us))
     starts = np.round(transfers.start_us[order], 6)
     cuts = np.flatnonzero(np.r_[True, starts[1:] != starts[:-1], True])
-    sends = list(map(Send, transfers.chunk[order].tolist(), transfers.src[order].tolist(),
-                     transfers.dst[order].tolist(), repeat(op, len(order)),
-                     (transfers.start_us[order] + offset_us).tolist(), transfers.duration_us[order].tolist()))
+    sends = list(map(Send, _shared(transfers.chunk[order]), _shared(transfers.src[order]),
+                     _shared(transfers.dst[order]), repeat(op, len(order)),
+                     _shared(transfers.start_us[order] + offset_us), _shared(transfers.duration_us[order])))
     return tuple(Step(1, tuple(sends[a:b])) for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True))
 
 
@@ -68,8 +81,25 @@ def greedy_steps(topology: Topology, collective: Collective, chunk_mb: float, se
         return _steps(transfers, REDUCE, offset_us), offset_us + transfers.makespan_us
     if collective.combining:
         raise GreedyError(f"greedy: combining collective {name!r} is not supported; supported: {', '.join(SUPPORTED)}")
-    transfers = run_greedy(topology, collective, chunk_mb, seed=seed)
+    transfers = _copies(topology, collective, chunk_mb, seed)
     return _steps(transfers, COPY, offset_us), offset_us + transfers.makespan_us
+
+
+def _one_destination(collective: Collective) -> bool:
+    return all(len(p) == 1 for p in collective.pre) and all(len(p) == 1 for p in collective.post)
+
+
+def _copies(topology: Topology, collective: Collective, chunk_mb: float, seed: int) -> Transfers:
+    """The matching of `timexp`; for one-destination collectives also the per-destination engine of `unicast`
+    (the only one past timexp's cell limit), keeping the shorter makespan (timexp's on ties)."""
+    dense_fits = collective.num_ranks * collective.num_chunks <= MAX_CELLS
+    if not _one_destination(collective):
+        return run_greedy(topology, collective, chunk_mb, seed=seed)
+    sparse = run_unicast(topology, collective, link_arrays(topology, chunk_mb), seed=seed)
+    if not dense_fits:
+        return sparse
+    dense = run_greedy(topology, collective, chunk_mb, seed=seed)
+    return dense if dense.makespan_us <= sparse.makespan_us + 1e-9 else sparse
 
 
 def greedy(topology: Topology, collective: Collective, size_bytes: int = 1 << 30, *, seed: int = 0) -> SynthesisResult:

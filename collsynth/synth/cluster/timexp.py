@@ -150,12 +150,7 @@ class _State:
 
     def eligible(self, now: float) -> np.ndarray:
         """Idle links whose switches all have a free lane."""
-        idle = self.busy_until <= now + 1e-9
-        sw = self.links.switches
-        if (sw >= 0).any():
-            full = np.append(self.lane_use >= self.links.lanes, False)  # index -1 -> "no switch"
-            idle &= ~full[sw].any(axis=1)
-        return np.flatnonzero(idle)
+        return idle_links(self.links, self.busy_until, self.lane_use, now)
 
     def match(self, now: float) -> int:
         """Give every eligible link at `now` a chunk, in groups of distinct receivers; returns transfers begun."""
@@ -182,15 +177,8 @@ class _State:
         return begun
 
     def _start(self, links: np.ndarray, chunks: np.ndarray, now: float) -> int:
-        if (self.links.switches >= 0).any():
-            keep = []
-            for i, link in enumerate(links):
-                sw = self.links.switches[link]
-                sw = sw[sw >= 0]
-                if (self.lane_use[sw] < self.links.lanes[sw]).all():
-                    self.lane_use[sw] += 1
-                    keep.append(i)
-            links, chunks = links[keep], chunks[keep]
+        keep = grant_lanes(self.links, self.lane_use, links)
+        links, chunks = links[keep], chunks[keep]
         if not len(links):
             return 0
         self.inflight[self.links.dst[links], chunks] = True
@@ -205,6 +193,31 @@ class _State:
             self.arrivals[end].append((links[mine], chunks[mine]))
         self.rows.append((links, chunks, now))
         return len(links)
+
+
+def idle_links(links: _Links, busy_until: np.ndarray, lane_use: np.ndarray, now: float) -> np.ndarray:
+    """Indices of the idle links whose switches all have a free lane."""
+    idle = busy_until <= now + 1e-9
+    sw = links.switches
+    if (sw >= 0).any():
+        full = np.append(lane_use >= links.lanes, False)  # index -1 -> "no switch"
+        idle &= ~full[sw].any(axis=1)
+    return np.flatnonzero(idle)
+
+
+def grant_lanes(links: _Links, lane_use: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+    """Positions in `chosen` (link indices, in claim order) that get a lane on every switch they pass; their
+    lanes are taken in `lane_use`."""
+    if not (links.switches >= 0).any():
+        return np.arange(len(chosen))
+    keep = []
+    for i, link in enumerate(chosen.tolist()):
+        sw = links.switches[link]
+        sw = sw[sw >= 0]
+        if (lane_use[sw] < links.lanes[sw]).all():
+            lane_use[sw] += 1
+            keep.append(i)
+    return np.array(keep, dtype=np.int64)
 
 
 def _allowed(links: _Links, routes: Routes, num_chunks: int) -> np.ndarray:

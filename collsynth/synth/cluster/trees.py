@@ -16,9 +16,12 @@ Packings:
   from Dinkelbach's iteration on max-flows, then integral arborescences grown as in Lovasz's proof of
   Edmonds' theorem; its minimum cut is kept, and the certificate compares the packing's link loads with the
   cut bound of that set (and of the cut bound's own sets).
-- topologies with switches: multiplicative weights (no edge splitting yet). Each root gets `MWU_TREES`
-  minimum spanning arborescences (networkx's Edmonds, integer prices exp(ETA * load / cap)); the rate is
-  reported against the bound, and certified only when it meets it.
+- topologies with switches, up to `forest.SWITCHED_MAX_RANKS` ranks, whose budgets form a switch fabric
+  (`split.relay_graph`): the optimal rate on the graph with the switches as relay nodes, the relays split
+  off by edge splitting (`split`), then the exact packing on the rank-to-rank links left.
+- other switched topologies: multiplicative weights. Each root gets `MWU_TREES` minimum spanning
+  arborescences (networkx's Edmonds, integer prices exp(ETA * load / cap)); the rate is reported against
+  the bound, and certified only when it meets it.
 The schedule is made by the time-expanded matching confined to each chunk's tree (`timexp` routes).
 ReduceScatter runs AllGather's trees reversed; AllReduce is ReduceScatter then AllGather.
 """
@@ -37,7 +40,7 @@ from collsynth.collectives import Collective, make_collective
 from collsynth.core.enums import Status
 from collsynth.encodings.cut_bounds import cut_bound_us, set_bound_us
 from collsynth.schedule import COPY, REDUCE, Algorithm, Step, SynthesisResult, verify
-from collsynth.synth.cluster.forest import exact_packing
+from collsynth.synth.cluster.forest import ExactPacking, exact_packing, switched_packing
 from collsynth.synth.cluster.greedy import _reverse, _steps, chunk_megabytes
 from collsynth.synth.cluster.timexp import MIB, GreedyError, run_greedy
 from collsynth.topologies import Topology
@@ -169,8 +172,8 @@ def _mwu_packing(topology: Topology) -> Packing:
     return Packing(trees, f"multiplicative-weights minimum arborescences ({MWU_TREES} per root)")
 
 
-def _flow_packing(topology: Topology) -> Packing:
-    exact = exact_packing(topology)
+def _flow_packing(topology: Topology, exact: ExactPacking | None = None) -> Packing:
+    exact = exact or exact_packing(topology)
     trees = {root: [(1.0 / exact.per_root, tree) for mu, tree in weighted for _ in range(mu)]
              for root, weighted in exact.trees.items()}
     distinct = sum(len(w) for w in exact.trees.values())
@@ -186,7 +189,8 @@ def pack(topology: Topology) -> Packing:
         return _symmetric_packing(shape[0], shape[1], topology.num_ranks)
     if not topology.switches:
         return _flow_packing(topology)
-    return _mwu_packing(topology)
+    split = switched_packing(topology)
+    return _mwu_packing(topology) if split is None else _flow_packing(topology, split)
 
 
 def _routes(packing: Packing, collective: Collective, chunks_per_root: int) -> dict[tuple[int, int], list[int]]:
@@ -202,9 +206,12 @@ def _routes(packing: Packing, collective: Collective, chunks_per_root: int) -> d
 
 
 def _symmetric_links(topology: Topology) -> bool:
-    """Every link has a reverse of the same cost (then a packing serves the reversed topology as well)."""
+    """Every link has a reverse of the same cost and every budget a mirrored one (then a packing serves the
+    reversed topology as well)."""
     costs = {(x.src, x.dst): (x.alpha_us, x.beta_us_per_mb) for x in topology.links}
-    return all(costs.get((d, s)) == cost for (s, d), cost in costs.items())
+    budgets = {(sw.links, sw.bandwidth, sw.beta_us_per_mb) for sw in topology.switches}
+    mirrored = {(frozenset((d, s) for s, d in sw.links), sw.bandwidth, sw.beta_us_per_mb) for sw in topology.switches}
+    return all(costs.get((d, s)) == cost for (s, d), cost in costs.items()) and budgets == mirrored
 
 
 def _tree_steps(topology: Topology, collective: Collective, chunk_mb: float, chunks: int,
@@ -248,7 +255,7 @@ def trees(topology: Topology, collective: Collective, size_bytes: int = 1 << 30,
     bound = max(cut_bound_us(topology, ag, size_bytes).time_us,
                 set_bound_us(topology, ag, size_bytes, packing.cut).time_us if packing.cut else 0.0) - alpha
     rate_time = packing.unit_time_us(topology, unit_mb)
-    certified = rate_time <= bound * (1 + 1e-9)
+    certified = bool(rate_time <= bound * (1 + 1e-9))
     provenance = {"synthesizer": "trees", "packing": packing.method, "size_bytes": size_bytes,
                   "chunks_per_tree": chunks_per_tree, "makespan_us": makespan, "packing_time_us": rate_time,
                   "cut_bound_us": bound, "certified_optimal": certified}
