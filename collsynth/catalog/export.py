@@ -54,9 +54,9 @@ from collsynth.catalog.select import (
     winners_per_size,
     with_tuned,
 )
-from collsynth.catalog.store import current_umask, write_text_atomic
 from collsynth.collectives import canonical_name, display_name
 from collsynth.compiler.split import target_violation
+from collsynth.core.files import current_umask, write_atomic
 from collsynth.core.targets import DEFAULT_TARGET, get_target
 from collsynth.core.units import format_size
 from collsynth.ir import Algo
@@ -192,8 +192,8 @@ def write_export(catalog: Catalog, groups: Sequence[ExportGroup], directory: str
                                      "won_sizes": [size_range.first_size, size_range.last_size]})
             topo_dir = staging / topo_slug
             names = [Path(item["file"]).name for item in manifest]
-            files.append(write_text_atomic(topo_dir / "msccl.env", loader_config(topo_groups, runtime.name, names)))
-            files.append(write_text_atomic(topo_dir / "manifest.json",
+            files.append(write_atomic(topo_dir / "msccl.env", loader_config(topo_groups, runtime.name, names)))
+            files.append(write_atomic(topo_dir / "manifest.json",
                                            json.dumps({"topology": topo_groups[0].topology.name,
                                                        "fingerprint": topo_groups[0].fingerprint,
                                                        "dtype": topo_groups[0].dtype, "target": runtime.name,
@@ -205,7 +205,7 @@ def write_export(catalog: Catalog, groups: Sequence[ExportGroup], directory: str
         files.extend(plots.values())
         from collsynth.catalog.report import export_report
 
-        files.append(write_text_atomic(staging / "report.md", export_report(groups, catalog.path)))
+        files.append(write_atomic(staging / "report.md", export_report(groups, catalog.path)))
         _usual_permissions(staging)
         _swap_into_place(staging, out)
     except BaseException:

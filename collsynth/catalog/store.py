@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from pathlib import Path
 
 from collsynth.catalog.errors import CatalogError
+from collsynth.core.files import write_atomic
 
 
 def xml_sha256(text: str) -> str:
@@ -30,7 +30,7 @@ def store_xml(root: str | os.PathLike[str], text: str) -> tuple[str, Path]:
     if target.is_file():
         return digest, target
     target.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(target, text)
+    write_atomic(target, text)
     return digest, target
 
 
@@ -45,24 +45,3 @@ def load_xml_text(root: str | os.PathLike[str], sha256: str) -> str:
     if xml_sha256(text) != sha256:
         raise CatalogError(f"{path}: the file does not match its hash (edited or corrupt); delete it and rebuild")
     return text
-
-
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
-    """Write `text` to a temp file in the same directory and rename it into place."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp makes 0600; give the file the usual mode
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
-
-
-def current_umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask

@@ -199,7 +199,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     try:
         yield Path(tmp)
         # mkstemp creates 0600; give the file the mode a plain open() would (0666 less the umask)
-        os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, 0o666 & ~current_umask())
         writable_target(target)  # still a regular file (or nothing) at the moment of the rename
         os.replace(tmp, target)
     except OSError as exc:
@@ -210,7 +210,8 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         raise
 
 
-def _umask() -> int:
+def current_umask() -> int:
+    """The process umask."""
     try:  # Linux reports it without changing it (os.umask would, briefly, for every thread)
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("Umask:"):

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collsynth.catalog.store import write_text_atomic
 from collsynth.core.errors import CollsynthError
+from collsynth.core.files import write_atomic
 
 FORMAT = "collsynth.regress-baseline/1"
 BASELINE_PATH = Path(__file__).resolve().parent / "baseline.json"
@@ -91,7 +91,7 @@ def save_baseline(baseline: Baseline, path: str | os.PathLike[str] = BASELINE_PA
     target = Path(path)
     if not target.parent.is_dir():
         raise BaselineError(f"cannot write {target}: directory {target.parent} does not exist")
-    return write_text_atomic(target, json.dumps(data, indent=1) + "\n")
+    return write_atomic(target, json.dumps(data, indent=1) + "\n")
 
 
 def suites_of(baseline: Baseline) -> Iterable[str]:

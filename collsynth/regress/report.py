@@ -7,8 +7,8 @@ import json
 import os
 from pathlib import Path
 
-from collsynth.catalog.store import write_text_atomic
 from collsynth.collectives import display_name
+from collsynth.core.files import write_atomic
 from collsynth.core.units import format_size
 from collsynth.regress.model_gate import MODEL_GATE
 from collsynth.regress.suite import IMPROVEMENT, NEW, REGRESSION, CaseEntry, RegressResult
@@ -54,8 +54,8 @@ def write_report(result: RegressResult, directory: str | os.PathLike[str]) -> li
     plots = {case: _plot(case, members, target / "plots" / f"{_slug(case)}.png", result.dtype)
              for case, members in sorted(cases.items())}
     files.extend(plots.values())
-    files.append(write_text_atomic(target / "report.md", _markdown(result, plots, target)))
-    files.append(write_text_atomic(target / "results.json", json.dumps(_as_json(result), indent=1) + "\n"))
+    files.append(write_atomic(target / "report.md", _markdown(result, plots, target)))
+    files.append(write_atomic(target / "results.json", json.dumps(_as_json(result), indent=1) + "\n"))
     return files
 
 

@@ -133,7 +133,7 @@ def test_export_directory(export_db: Path, tmp_path: Path) -> None:
             assert len(holder) == 1 and holder[0].winner == w.winner
     report = (target / "report.md").read_text()
     assert "## AllGather on dgx1" in report and "source <topology>/msccl.env" in report
-    from collsynth.catalog.store import current_umask
+    from collsynth.core.files import current_umask
 
     mask = current_umask()  # shareable like any file the user writes, not private like a temp file
     assert target.stat().st_mode & 0o777 == 0o777 & ~mask
