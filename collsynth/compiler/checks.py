@@ -14,6 +14,7 @@ import numpy as np
 
 from collsynth.compiler.errors import CompileError
 from collsynth.ir import MAX_CHANNELS, MAX_COUNT, MAX_STEPS_PER_TB, NOP, RECEIVING_TYPES, SENDING_TYPES, Algo
+from collsynth.ir.deadlock import unreached
 from collsynth.language.program import where
 
 Lines = Sequence[Sequence[Sequence[int]]]  # per gpu, per threadblock, per step: the DSL line (0: none)
@@ -117,7 +118,7 @@ def _check_cycles(ir: Algo, at) -> None:  # type: ignore[no-untyped-def]
         a, b = base[key[0]][stb], base[key[1]][rtb]
         src.extend(a + s for s in sends)
         dst.extend(b + r for r in recvs)
-    indegree = _unreached(total, np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64))
+    indegree = unreached(total, np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64))
     done = total - int(np.count_nonzero(indegree))
     if done < total:
         for gpu in ir.gpus:
@@ -127,22 +128,3 @@ def _check_cycles(ir: Algo, at) -> None:  # type: ignore[no-untyped-def]
                         raise CompileError(f"{at(gpu.id, tb.id, step.s)}dependency cycle: rank {gpu.id} threadblock "
                                            f"{tb.id} step {step.s} can never run (its waits, its threadblock's order "
                                            "and the connections' message order form a loop)")
-
-
-def _unreached(total: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """Kahn's algorithm, a whole level of ready steps at a time: the in-degree left on every step (all zero
-    when the graph is acyclic)."""
-    indegree = np.bincount(dst, minlength=total)
-    by_src = np.argsort(src, kind="stable")
-    succ = dst[by_src]
-    first = np.zeros(total + 1, dtype=np.int64)
-    np.cumsum(np.bincount(src, minlength=total), out=first[1:])
-    ready = np.flatnonzero(indegree == 0)
-    while ready.size:
-        starts, counts = first[ready], first[ready + 1] - first[ready]
-        ends = np.cumsum(counts)
-        picked = np.arange(int(ends[-1])) - np.repeat(ends - counts - starts, counts)
-        targets = succ[picked]
-        np.subtract.at(indegree, targets, 1)
-        ready = np.unique(targets[indegree[targets] == 0])
-    return indegree
