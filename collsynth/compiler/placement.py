@@ -167,32 +167,32 @@ def schedule(cdag: ChannelledDAG, slots: int | None = FIFO_SLOTS) -> Schedule:
     heapq.heapify(heap)
     order: list[int] = []
     push, pop = heapq.heappush, heapq.heappop
-    send_conn, recv_conn = _connections(cdag)
-    in_flight: dict[Connection, int] = {}
-    parked: dict[Connection, list[int]] = {}  # ready sends of a full connection (priority ranks), a heap each
+    send_conn, recv_conn, nconn = _connection_ids(cdag)
+    room = [n + 1 if slots is None else slots] * nconn  # free slots per connection
+    parked: dict[int, list[int]] = {}  # ready sends of a full connection (priority ranks), a heap each
     while heap or parked:
         if heap:
             i = by_rank_list[pop(heap)]
-            conn = send_conn[i]
-            if slots is not None and conn is not None and in_flight.get(conn, 0) >= slots:
-                push(parked.setdefault(conn, []), rank[i])
+            sent = send_conn[i]
+            if sent >= 0 and room[sent] <= 0:
+                push(parked.setdefault(sent, []), rank[i])
                 continue
         else:  # every ready instr sends on a full connection: no order within the slots exists from here
-            conn = min(parked, key=lambda c: parked[c][0])
-            i = by_rank_list[pop(parked[conn])]
-            if not parked[conn]:
-                del parked[conn]
+            sent = min(parked, key=lambda c: parked[c][0])
+            i = by_rank_list[pop(parked[sent])]
+            if not parked[sent]:
+                del parked[sent]
         order.append(i)
-        received, sent = recv_conn[i], send_conn[i]
-        if received is not None:
-            in_flight[received] -= 1
+        received = recv_conn[i]
+        if received >= 0:
+            room[received] += 1
             waiting = parked.get(received)
             if waiting:  # one slot freed: the best send parked on it gets another look
                 push(heap, pop(waiting))
                 if not waiting:
                     del parked[received]
-        if sent is not None:
-            in_flight[sent] = in_flight.get(sent, 0) + 1
+        if sent >= 0:
+            room[sent] -= 1
         for k in range(starts[i], starts[i + 1]):
             s = targets[k]
             pending[s] -= 1
@@ -223,14 +223,19 @@ def _successors(preds: tuple[tuple[int, ...], ...], after: tuple[tuple[int, ...]
     return first, dst[by_src]
 
 
-def _connections(cdag: ChannelledDAG) -> tuple[list[Connection | None], list[Connection | None]]:
-    """Per instr, the connection it sends on and the one it receives from (None where it does not)."""
-    sends: list[Connection | None] = []
-    recvs: list[Connection | None] = []
-    for ins, ch in zip(cdag.dag.instrs, cdag.channels, strict=True):
-        sends.append((ins.rank, ins.send_peer, ch) if ins.kind in SENDING_TYPES else None)
-        recvs.append((ins.recv_peer, ins.rank, ch) if ins.kind in RECEIVING_TYPES else None)
-    return sends, recvs
+def _connection_ids(cdag: ChannelledDAG) -> tuple[list[int], list[int], int]:
+    """Per instr, the number of the connection (sender rank, receiver rank, channel) it sends on and of the one
+    it receives from (-1 where it does not), and how many connections there are."""
+    ids: dict[Connection, int] = {}
+    sends = [-1] * len(cdag.channels)
+    recvs = [-1] * len(cdag.channels)
+    for i, (ins, ch) in enumerate(zip(cdag.dag.instrs, cdag.channels, strict=True)):
+        kind = ins.kind
+        if kind in SENDING_TYPES:
+            sends[i] = ids.setdefault((ins.rank, ins.send_peer, ch), len(ids))
+        if kind in RECEIVING_TYPES:
+            recvs[i] = ids.setdefault((ins.recv_peer, ins.rank, ch), len(ids))
+    return sends, recvs, len(ids)
 
 
 # --- assign_threadblocks -------------------------------------------------------------------------
