@@ -142,19 +142,15 @@ def replicate_instances(dependencies: Dependencies, program: Program) -> TbProgr
             base[name] = at
             at += size * copies
 
-        def place(buf: str, off: int, cnt: int, k: int, scratch: dict[str, int] = scratch,
-                  base: dict[str, int] = base) -> tuple[str, int]:
-            if buf in (INPUT, OUTPUT):
-                code, start, size = ("i" if buf == INPUT else "o"), 0, sizes[buf]
-            else:
-                code, start, size = "s", base[buf], scratch[buf]
-            return code, start + ((off * copies + k * cnt) if interleaved else (size * k + off))
-
+        layout = {INPUT: ("i", 0, sizes[INPUT]), OUTPUT: ("o", 0, sizes[OUTPUT])}  # buffer -> IR buffer, start, size
+        layout.update((name, ("s", base[name], size)) for name, size in scratch.items())
         # Threadblocks are numbered by (send, recv, chan), then by their order in the placement: number them
         # first, so every wait names its final threadblock as it is made.
         keys = sorted(((tb.send, tb.recv, tb.chan + k * per_instance), t * copies + k)
                       for t, tb in enumerate(tbs) for k in range(copies))
-        new_id = {old: new for new, (_, old) in enumerate(keys)}
+        new_id = [0] * len(keys)
+        for new, (_, old) in enumerate(keys):
+            new_id[old] = new
         made: list[LTb] = [None] * len(keys)  # type: ignore[list-item]
         for t, tb in enumerate(tbs):
             for k in range(copies):
@@ -162,13 +158,18 @@ def replicate_instances(dependencies: Dependencies, program: Program) -> TbProgr
                 waited: dict[int, int] = {}  # threadblock -> latest step this threadblock already waited for
                 for i in tb.instrs:
                     ins = instrs[i]
-                    sb, so = place(ins.src_buf, ins.src_off, ins.cnt, k)
-                    db, do = place(ins.dst_buf, ins.dst_off, ins.cnt, k)
-                    waits = [(dt * copies + k, ds) for dt, ds in deps[i]]
+                    cnt = ins.cnt
+                    sb, sstart, ssize = layout[ins.src_buf]
+                    db, dstart, dsize = layout[ins.dst_buf]
+                    if interleaved:  # see the module docstring
+                        so, do = sstart + ins.src_off * copies + k * cnt, dstart + ins.dst_off * copies + k * cnt
+                    else:
+                        so, do = sstart + ssize * k + ins.src_off, dstart + dsize * k + ins.dst_off
+                    waits = [(dt * copies + k, ds) for dt, ds in deps[i]] if deps[i] else []
                     if cross:
                         waits += [(tb_of[p] * copies + kp, step_of[p]) for p, kp in cross.get((i, k), ())]
                         waits = _uncovered(waits, waited)
-                    steps.append(LStep(ins.kind, sb, so, db, do, ins.cnt,
+                    steps.append(LStep(ins.kind, sb, so, db, do, cnt,
                                        tuple([(new_id[a], b) for a, b in waits]) if waits else (), False, ins.line))
                 chan = tb.chan + k * per_instance
                 made[new_id[t * copies + k]] = LTb(tb.send, tb.recv, chan, tuple(steps))
