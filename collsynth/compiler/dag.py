@@ -217,6 +217,26 @@ def trace_to_dag(program: Program) -> InstrDAG:
     def ordered(deps: set[int]) -> tuple[int, ...]:
         return tuple(deps) if len(deps) < 2 else tuple(sorted(deps))
 
+    def copied_once(i: int, sfirst: int, j: int, dfirst: int, rank: int, buf: str, off: int, line: int) -> list[int]:
+        """read(i, sfirst, 1) then write(j, dfirst, 1) for a one-slot copy to another rank: the receive's
+        dependencies (the send's, the only one read, is `last_writer` before this call)."""
+        w = last_writer[sfirst]
+        if w == unwritten:
+            read(i, sfirst, 1, set(), rank, buf, off, line)  # raises
+        rs = readers[sfirst]
+        if rs is None:
+            readers[sfirst] = [i]
+        else:
+            rs.append(i)
+        rs = readers[dfirst]
+        if rs:
+            readers[dfirst] = None
+        else:
+            w = last_writer[dfirst]
+            rs = [w] if w >= 0 else []
+        last_writer[dfirst] = j
+        return rs
+
     for op in program.ops:
         src, dst, line = op.src, op.dst, op.line
         cnt = src.count
@@ -229,10 +249,10 @@ def trace_to_dag(program: Program) -> InstrDAG:
         channel = -1 if op.channel is None else op.channel
         copying = op.op == OP_COPY
         i = len(instrs)
-        deps: set[int] = set()
         if src.rank == dst.rank:
             if copying and sfirst == dfirst:
                 continue
+            deps: set[int] = set()
             read(i, sfirst, cnt, deps, src.rank, sbuf, soff, line)
             if not copying:
                 read(i, dfirst, cnt, deps, dst.rank, dbuf, doff, line)
@@ -246,20 +266,31 @@ def trace_to_dag(program: Program) -> InstrDAG:
             continue
         previous = last_message.get((src.rank, dst.rank))
         last_message[(src.rank, dst.rank)] = i
-        read(i, sfirst, cnt, deps, src.rank, sbuf, soff, line)
+        j = i + 1
+        if cnt == 1 and copying:  # the common case, without sets
+            w = last_writer[sfirst]
+            send_deps: tuple[int, ...] = (w,) if w >= 0 else ()
+            recv_deps = copied_once(i, sfirst, j, dfirst, src.rank, sbuf, soff, line)
+            recv_preds = (tuple(recv_deps) if len(recv_deps) < 2 else
+                          tuple(sorted(set(recv_deps)))) if recv_deps else ()
+        else:
+            deps = set()
+            read(i, sfirst, cnt, deps, src.rank, sbuf, soff, line)
+            send_deps = ordered(deps)
+            deps = set()
+            if not copying:
+                read(j, dfirst, cnt, deps, dst.rank, dbuf, doff, line)
+            write(j, dfirst, cnt, deps)
+            deps.discard(j)
+            recv_preds = ordered(deps)
         instrs.append(Instr(SEND, src.rank, sbuf, soff, sbuf, soff, cnt, dst.rank, -1,
                             -1 if op.sendtb is None or not manual else op.sendtb, channel, line))
-        preds.append(ordered(deps))
+        preds.append(send_deps)
         after.append(() if previous is None else (previous,))
-        send_to.append(i + 1)
-        j, deps = i + 1, set()
-        if not copying:
-            read(j, dfirst, cnt, deps, dst.rank, dbuf, doff, line)
-        write(j, dfirst, cnt, deps)
-        deps.discard(j)
+        send_to.append(j)
         instrs.append(Instr(RECV if copying else RECV_REDUCE_COPY, dst.rank, dbuf, doff, dbuf, doff, cnt, -1, src.rank,
                             -1 if op.recvtb is None or not manual else op.recvtb, channel, line))
-        preds.append(ordered(deps))
+        preds.append(recv_preds)
         after.append(() if previous is None else (previous + 1,))
         send_to.append(-1)
     return InstrDAG(program.num_ranks, tuple(instrs), tuple(preds), tuple(after), tuple(send_to), source)
