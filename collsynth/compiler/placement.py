@@ -1,4 +1,4 @@
-"""Placement passes: assign_channels, schedule, assign_threadblocks.
+"""Placement passes: assign_channels, schedule (in compiler/scheduling.py), assign_threadblocks.
 
 MSCCL runs each (sender, receiver, channel) connection as one FIFO driven by exactly one threadblock
 on each side, and a threadblock has one send peer, one receive peer and one channel. So:
@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 
-from collsynth.compiler.dag import FUSED_TYPES, InstrDAG, depths, transfer_chain
+from collsynth.compiler.dag import FUSED_TYPES, InstrDAG, transfer_chain
 from collsynth.compiler.errors import CompileError
-from collsynth.core.limits import FIFO_SLOTS
 from collsynth.ir import COPY, MAX_CHANNELS, RECEIVING_TYPES, REDUCE, SEND, SENDING_TYPES
 
 
@@ -141,150 +140,6 @@ def _pairing_ok(instrs, fused, ch, pair_recv, pair_send) -> bool:  # type: ignor
     return True
 
 
-# --- schedule ------------------------------------------------------------------------------------
-
-Connection = tuple[int, int, int]  # (sender rank, receiver rank, channel)
-
-
-def schedule(cdag: ChannelledDAG, slots: int | None = FIFO_SLOTS) -> Schedule:
-    """List scheduling: an instr is ready when its same-rank predecessors, the message queued before it
-    on its connection and (if it receives) its sender are done; among ready instrs the lowest depth
-    goes first, then the one with the longest path to the end, then program order. A send waits while
-    `slots` messages of its connection are in flight (None: unbounded); when only such sends are left,
-    the best goes anyway and the compiler's bounded-FIFO check (collsynth.ir.deadlock) decides.
-
-    Every edge goes up in that priority (a dependency or send -> receive raises the depth; a queue edge keeps
-    it or raises it, never raises the reverse depth, and points to a later instr), so the lowest-priority
-    instr left is always ready: without slots the list schedule is the priority order itself. When no send of
-    that order finds its connection full, it is the answer at once; otherwise the list scheduler runs."""
-    dag = cdag.dag
-    preds, after, send_to = dag.preds, dag.after, dag.send_to
-    n = len(dag.instrs)
-    depth, rdepth = depths(dag)
-    first, succ = _successors(preds, after, send_to)
-    # The priority (depth, -rdepth, i) as one integer per instr: its rank in that order (keys are unique).
-    by_rank = np.lexsort((np.arange(n), -np.asarray(rdepth, dtype=np.int64), np.asarray(depth, dtype=np.int64)))
-    rank_of = np.empty(n, dtype=np.int64)
-    rank_of[by_rank] = np.arange(n)
-    send_conn, recv_conn, nconn = _connection_ids(cdag)
-    upward = bool(np.all(rank_of[np.repeat(np.arange(n), np.diff(first))] < rank_of[succ]))  # edges: src -> succ
-    if upward and (slots is None or _within_slots(by_rank, send_conn, recv_conn, slots)):
-        return Schedule(dag, cdag.channels, tuple(by_rank.tolist()), tuple(depth), tuple(rdepth))
-    pending = np.bincount(succ, minlength=n).tolist()
-    order = _list_schedule(by_rank.tolist(), rank_of.tolist(), pending, first.tolist(), succ.tolist(), send_conn,
-                           recv_conn, [n + 1 if slots is None else slots] * nconn)
-    if len(order) < n:
-        stuck = next(i for i in range(n) if pending[i] > 0)
-        raise CompileError(f"{dag.where(stuck)}internal error: the instruction DAG has a cycle at {dag.instrs[stuck]}")
-    return Schedule(dag, cdag.channels, tuple(order), tuple(depth), tuple(rdepth))
-
-
-def _list_schedule(by_rank: list[int], rank: list[int], pending: list[int], starts: list[int], targets: list[int],
-                   send_conn: list[int], recv_conn: list[int], room: list[int]) -> list[int]:
-    """The list schedule of `schedule`. The ready instrs are not all kept in a heap: since every edge goes up in
-    priority, a scan of the priority order meets most of them when they are the best; only an instr the scan
-    passed before it was ready (it waited, or a send parked on a full connection) goes into the heap `behind`,
-    and the best of the scan's next ready instr and the heap's top goes next. `room`: free slots per connection;
-    `pending`: unfinished predecessors per instr (both updated in place)."""
-    n = len(by_rank)
-    passed = [False] * n  # the scan went past it while it waited for a predecessor
-    behind: list[int] = []  # ranks of ready instrs the scan already passed, a heap
-    parked: dict[int, list[int]] = {}  # ready sends of a full connection (priority ranks), a heap each
-    push, pop = heapq.heappush, heapq.heappop
-    order: list[int] = []
-    at = 0  # the scan: every instr of rank >= at that is ready is in no heap
-    while True:
-        forced = False
-        while at < n and pending[by_rank[at]] > 0:
-            passed[by_rank[at]] = True
-            at += 1
-        if behind and (at == n or behind[0] < at):
-            i = by_rank[pop(behind)]
-        elif at < n:
-            i = by_rank[at]
-            at += 1
-        elif parked:  # every ready instr sends on a full connection: no order within the slots exists from here
-            sent = min(parked, key=lambda c: parked[c][0])
-            i = by_rank[pop(parked[sent])]
-            if not parked[sent]:
-                del parked[sent]
-            forced = True
-        else:
-            return order
-        sent = send_conn[i]
-        if sent >= 0 and room[sent] <= 0 and not forced:
-            push(parked.setdefault(sent, []), rank[i])
-            continue
-        order.append(i)
-        received = recv_conn[i]
-        if received >= 0:
-            room[received] += 1
-            waiting = parked.get(received)
-            if waiting:  # one slot freed: the best send parked on it gets another look
-                push(behind, pop(waiting))
-                if not waiting:
-                    del parked[received]
-        if sent >= 0:
-            room[sent] -= 1
-        for k in range(starts[i], starts[i + 1]):
-            s = targets[k]
-            pending[s] -= 1
-            if pending[s] == 0 and passed[s]:
-                push(behind, rank[s])
-
-
-def _within_slots(order: np.ndarray, send_conn: list[int], recv_conn: list[int], slots: int) -> bool:
-    """Whether running `order` one instr at a time never sends on a connection that holds `slots` messages."""
-    sends = np.asarray(send_conn, dtype=np.int64)[order]
-    recvs = np.asarray(recv_conn, dtype=np.int64)[order]
-    at_send, at_recv = np.flatnonzero(sends >= 0), np.flatnonzero(recvs >= 0)
-    conn = np.concatenate([sends[at_send], recvs[at_recv]])
-    when = np.concatenate([at_send, at_recv])
-    delta = np.concatenate([np.ones(at_send.size, np.int64), -np.ones(at_recv.size, np.int64)])
-    by = np.lexsort((when, conn))  # per connection, in order (one instr never sends and receives on one)
-    conn, delta = conn[by], delta[by]
-    total = np.cumsum(delta)
-    starts = np.flatnonzero(np.diff(conn, prepend=-1))  # each connection's first event
-    before = np.repeat(np.concatenate([[0], total[starts[1:] - 1]]) if starts.size else starts, np.diff(
-        np.append(starts, conn.size)))
-    in_flight = total - delta - before  # messages in flight before each event
-    return bool(np.all(in_flight[delta > 0] < slots))
-
-
-def _successors(preds: tuple[tuple[int, ...], ...], after: tuple[tuple[int, ...], ...],
-                 send_to: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """The DAG's edges (dependencies, queue order, send -> receive) as successor lists in CSR form: the
-    successors of instr i are succ[first[i]:first[i + 1]]."""
-    n = len(send_to)
-    heads = [np.fromiter(chain.from_iterable(preds), dtype=np.int64),
-             np.fromiter(chain.from_iterable(after), dtype=np.int64)]
-    tails = [np.repeat(np.arange(n), np.fromiter(map(len, preds), dtype=np.int64, count=n)),
-             np.repeat(np.arange(n), np.fromiter(map(len, after), dtype=np.int64, count=n))]
-    receiver = np.fromiter(send_to, dtype=np.int64, count=n)
-    sending = np.flatnonzero(receiver >= 0)
-    src = np.concatenate([*heads, sending])
-    dst = np.concatenate([*tails, receiver[sending]])
-    by_src = np.argsort(src, kind="stable")
-    first = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(src, minlength=n), out=first[1:])
-    return first, dst[by_src]
-
-
-def _connection_ids(cdag: ChannelledDAG) -> tuple[list[int], list[int], int]:
-    """Per instr, the number of the connection (sender rank, receiver rank, channel) it sends on and of the one
-    it receives from (-1 where it does not), and how many connections there are."""
-    ids: dict[Connection, int] = {}
-    sends = [-1] * len(cdag.channels)
-    recvs = [-1] * len(cdag.channels)
-    for i, (ins, ch) in enumerate(zip(cdag.dag.instrs, cdag.channels, strict=True)):
-        kind = ins.kind
-        if kind in SENDING_TYPES:
-            sends[i] = ids.setdefault((ins.rank, ins.send_peer, ch), len(ids))
-        if kind in RECEIVING_TYPES:
-            recvs[i] = ids.setdefault((ins.recv_peer, ins.rank, ch), len(ids))
-    return sends, recvs, len(ids)
-
-
 # --- assign_threadblocks -------------------------------------------------------------------------
 
 class _Tb:
@@ -347,14 +202,15 @@ def assign_threadblocks(sched: Schedule, policy: str = "auto", *, pair: bool = T
             ins = instrs[i]
             if ins.tb_hint >= 0:
                 tb_of[i] = _place_user(dag, ranks[ins.rank], i, channels[i])
+    rest = [i for i in sched.order if tb_of[i] < 0] if manual else sched.order  # in schedule order
     # 2. fused pairs: one threadblock per (recv peer, send peer, channel), made before anything else
     #    can take one of its two sides.
-    for i in sched.order:
+    for i in rest:
         ins = instrs[i]
         if tb_of[i] < 0 and ins.kind in FUSED_TYPES:
             tb_of[i] = _place_pair(dag, ranks[ins.rank], i, channels[i])
     # 3. plain sends and receives: the connection's threadblock, else pair with a related one.
-    for i in sched.order:
+    for i in rest:
         ins = instrs[i]
         if tb_of[i] >= 0 or ins.kind in (COPY, REDUCE):
             continue
@@ -378,7 +234,7 @@ def assign_threadblocks(sched: Schedule, policy: str = "auto", *, pair: bool = T
         tb_of[i] = t
         rt.tbs[t].instrs.append(i)
     # 4. local copies and reductions: a hinted channel's threadblock, else the least loaded one.
-    for i in sched.order:
+    for i in rest:
         ins = instrs[i]
         if tb_of[i] >= 0:
             continue
@@ -392,17 +248,28 @@ def assign_threadblocks(sched: Schedule, policy: str = "auto", *, pair: bool = T
                 t = rt.new(-1, -1, channels[i])
         tb_of[i] = t
         rt.tbs[t].instrs.append(i)
-    # Step order: the schedule's order within every threadblock.
-    for rt in ranks:
-        for tb in rt.tbs:
-            tb.instrs.clear()
-    step_of = [0] * n
-    for i in sched.order:
-        tb = ranks[instrs[i].rank].tbs[tb_of[i]]
-        step_of[i] = len(tb.instrs)
-        tb.instrs.append(i)
-    plans = tuple(tuple(TbPlan(tb.send, tb.recv, tb.chan, tuple(tb.instrs)) for tb in rt.tbs) for rt in ranks)
-    return Placement(dag, channels, plans, tuple(tb_of), tuple(step_of))
+    return _in_step_order(sched, ranks, tb_of)
+
+
+def _in_step_order(sched: Schedule, ranks: list[_RankTbs], tb_of: list[int]) -> Placement:
+    """The placement, each threadblock's steps in the schedule's order (a stable sort of the order by
+    threadblock)."""
+    dag = sched.dag
+    n = len(dag.instrs)
+    sizes = np.asarray([len(rt.tbs) for rt in ranks], dtype=np.int64)
+    first_tb = np.concatenate([[0], np.cumsum(sizes)])
+    order = np.asarray(sched.order, dtype=np.int64)
+    rank = np.fromiter(map(attrgetter("rank"), dag.instrs), dtype=np.int64, count=n)
+    tb = first_tb[rank] + np.asarray(tb_of, dtype=np.int64)  # global threadblock of every instr
+    by_tb = order[np.argsort(tb[order], kind="stable")]
+    count = np.bincount(tb, minlength=int(first_tb[-1]))
+    starts = np.concatenate([[0], np.cumsum(count)])
+    step_of = np.empty(n, dtype=np.int64)
+    step_of[by_tb] = np.arange(n) - np.repeat(starts[:-1], count)
+    steps, bounds = by_tb.tolist(), starts.tolist()
+    plans = tuple(tuple(TbPlan(t.send, t.recv, t.chan, tuple(steps[bounds[g]:bounds[g + 1]]))
+                        for g, t in enumerate(rt.tbs, start=int(first_tb[r]))) for r, rt in enumerate(ranks))
+    return Placement(dag, sched.channels, plans, tuple(tb_of), tuple(step_of.tolist()))
 
 
 def _place_user(dag: InstrDAG, rt: _RankTbs, i: int, ch: int) -> int:
