@@ -58,16 +58,18 @@ def _check_limits(ir: Algo, at, max_steps: int | None) -> None:  # type: ignore[
 
 
 def _connections(ir: Algo) -> tuple[dict, dict]:  # type: ignore[type-arg]
-    senders: dict[tuple[int, int, int], tuple[int, list[int]]] = {}
-    receivers: dict[tuple[int, int, int], tuple[int, list[int]]] = {}
+    """Per connection (sender, receiver, channel): the threadblock driving each side, the `s` of its sending
+    (receiving) steps and their counts."""
+    senders: dict[tuple[int, int, int], tuple[int, list[int], list[int]]] = {}
+    receivers: dict[tuple[int, int, int], tuple[int, list[int], list[int]]] = {}
     for gpu in ir.gpus:
         for tb in gpu.tbs:
-            sends = [s.s for s in tb.steps if s.type in SENDING_TYPES]
-            recvs = [s.s for s in tb.steps if s.type in RECEIVING_TYPES]
+            sends = [s for s in tb.steps if s.type in SENDING_TYPES]
+            recvs = [s for s in tb.steps if s.type in RECEIVING_TYPES]
             if sends:
-                senders[(gpu.id, tb.send, tb.chan)] = (tb.id, sends)
+                senders[(gpu.id, tb.send, tb.chan)] = (tb.id, [s.s for s in sends], [s.cnt for s in sends])
             if recvs:
-                receivers[(tb.recv, gpu.id, tb.chan)] = (tb.id, recvs)
+                receivers[(tb.recv, gpu.id, tb.chan)] = (tb.id, [s.s for s in recvs], [s.cnt for s in recvs])
     return senders, receivers
 
 
@@ -75,18 +77,17 @@ def _check_connections(ir: Algo, at) -> None:  # type: ignore[no-untyped-def]
     senders, receivers = _connections(ir)
     for key in senders.keys() | receivers.keys():
         src, dst, chan = key
-        stb, sends = senders.get(key, (-1, []))
-        rtb, recvs = receivers.get(key, (-1, []))
+        stb, sends, scnts = senders.get(key, (-1, [], []))
+        rtb, recvs, rcnts = receivers.get(key, (-1, [], []))
         if len(sends) != len(recvs):
             g, t, s = (src, stb, sends[len(recvs)]) if len(sends) > len(recvs) else (dst, rtb, recvs[len(sends)])
             raise CompileError(f"{at(g, t, s)}connection {src}->{dst} channel {chan}: {len(sends)} sends but "
                                f"{len(recvs)} receives; every send needs its receive")
-        for k, (s, r) in enumerate(zip(sends, recvs, strict=False)):
-            scnt = ir.gpus[src].tbs[stb].steps[s].cnt
-            rcnt = ir.gpus[dst].tbs[rtb].steps[r].cnt
-            if scnt != rcnt:
-                raise CompileError(f"{at(dst, rtb, r)}connection {src}->{dst} channel {chan}: message {k} is sent with "
-                                   f"{scnt} chunks but received as {rcnt}; sends and receives are out of order")
+        if scnts != rcnts:
+            k = next(k for k, (a, b) in enumerate(zip(scnts, rcnts, strict=True)) if a != b)
+            raise CompileError(f"{at(dst, rtb, recvs[k])}connection {src}->{dst} channel {chan}: message {k} is sent "
+                               f"with {scnts[k]} chunks but received as {rcnts[k]}; sends and receives are out of "
+                               "order")
 
 
 def _check_cycles(ir: Algo, at) -> None:  # type: ignore[no-untyped-def]
@@ -113,8 +114,8 @@ def _check_cycles(ir: Algo, at) -> None:  # type: ignore[no-untyped-def]
                     src.append(firsts[step.depid] + step.deps)
                     dst.append(me + k)
     senders, receivers = _connections(ir)
-    for key, (stb, sends) in senders.items():
-        rtb, recvs = receivers[key]
+    for key, (stb, sends, _) in senders.items():
+        rtb, recvs, _ = receivers[key]
         a, b = base[key[0]][stb], base[key[1]][rtb]
         src.extend(a + s for s in sends)
         dst.extend(b + r for r in recvs)

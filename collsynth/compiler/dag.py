@@ -27,7 +27,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import NamedTuple
+
+import numpy as np
 
 from collsynth.compiler.errors import CompileError
 from collsynth.ir import (
@@ -96,11 +99,9 @@ class InstrDAG:
         return sender
 
     def succs(self) -> list[list[int]]:
-        out: list[list[int]] = [[] for _ in self.instrs]
-        for i, ps in enumerate(self.preds):
-            for p in ps:
-                out[p].append(i)
-        return out
+        """The instrs that depend on each instr (same-rank dependencies), in increasing order."""
+        first, targets = dependents(self)
+        return [targets[first[i]:first[i + 1]] for i in range(len(self.instrs))]
 
     def where(self, i: int) -> str:
         return where(self.instrs[i].line, self.source)
@@ -113,6 +114,18 @@ class InstrDAG:
             to = f"  => {self.send_to[i]}" if self.send_to[i] >= 0 else ""
             lines.append(f"  {i}: {ins}{after}{order}{to}")
         return "\n".join(lines)
+
+
+def dependents(dag: InstrDAG) -> tuple[list[int], list[int]]:
+    """The same-rank dependents of every instr in CSR form: those of instr i are targets[first[i]:first[i + 1]],
+    in increasing order."""
+    n = len(dag.instrs)
+    heads = np.fromiter(chain.from_iterable(dag.preds), dtype=np.int64)
+    tails = np.repeat(np.arange(n), np.fromiter(map(len, dag.preds), dtype=np.int64, count=n))
+    by_head = np.argsort(heads, kind="stable")  # tails are increasing: each instr's dependents stay sorted
+    first = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(heads, minlength=n), out=first[1:])
+    return first.tolist(), tails[by_head].tolist()
 
 
 def depths(dag: InstrDAG, queued: bool = True) -> tuple[list[int], list[int]]:
