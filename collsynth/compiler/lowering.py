@@ -273,10 +273,19 @@ def insert_nops(tbprog: TbProgram) -> TbProgram:
             return (t, s) if index is None else (t, index[s])
 
         shifted = any(index is not None for index in new_index)  # else every step keeps its index
-        waited = ({moved(t, s) for tb in tbs for step in tb.steps for t, s in step.deps} if shifted else
-                  {dep for tb in tbs for step in tb.steps for dep in step.deps})
+        waited: list[set[int]] = [set() for _ in tbs]  # per threadblock: its steps that others wait for
+        for tb in tbs:
+            for step in tb.steps:
+                for t, s in step.deps:
+                    t, s = moved(t, s) if shifted else (t, s)
+                    waited[t].add(s)
         new_tbs = []
         for t, tb in enumerate(tbs):
+            mine = waited[t]
+            if not shifted and all(len(step.deps) < 2 and step.hasdep == (k in mine)
+                                   for k, step in enumerate(tb.steps)):
+                new_tbs.append(tb)  # no nop and no flag to change
+                continue
             steps = []
             for step in tb.steps:
                 deps = step.deps
@@ -285,7 +294,7 @@ def insert_nops(tbprog: TbProgram) -> TbProgram:
                     for dep in deps[1:]:
                         steps.append(LStep(NOP, "i", -1, "o", -1, 0, (dep,), False, step.line))
                     deps = deps[:1]
-                hasdep = (t, len(steps)) in waited
+                hasdep = len(steps) in mine
                 steps.append(step if (deps == step.deps and hasdep == step.hasdep) else
                              step._replace(deps=deps, hasdep=hasdep))
             new_tbs.append(LTb(tb.send, tb.recv, tb.chan, tuple(steps)))

@@ -25,9 +25,8 @@ def schedule(cdag: ChannelledDAG, slots: int | None = FIFO_SLOTS) -> Schedule:
     the best goes anyway and the compiler's bounded-FIFO check (collsynth.ir.deadlock) decides.
 
     Every edge goes up in that priority (a dependency or send -> receive raises the depth; a queue edge keeps
-    it or raises it, never raises the reverse depth, and points to a later instr), so the lowest-priority
-    instr left is always ready: without slots the list schedule is the priority order itself. When no send of
-    that order finds its connection full, it is the answer at once; otherwise the list scheduler runs."""
+    it or raises it, never raises the reverse depth, and points to a later instr), so the best instr left is
+    almost always ready when a scan of the priority order reaches it (see `_list_schedule`)."""
     dag = cdag.dag
     preds, after, send_to = dag.preds, dag.after, dag.send_to
     n = len(dag.instrs)
@@ -38,9 +37,6 @@ def schedule(cdag: ChannelledDAG, slots: int | None = FIFO_SLOTS) -> Schedule:
     rank_of = np.empty(n, dtype=np.int64)
     rank_of[by_rank] = np.arange(n)
     send_conn, recv_conn, nconn = _connection_ids(cdag)
-    upward = bool(np.all(rank_of[np.repeat(np.arange(n), np.diff(first))] < rank_of[succ]))  # edges: src -> succ
-    if upward and (slots is None or _within_slots(by_rank, send_conn, recv_conn, slots)):
-        return Schedule(dag, cdag.channels, tuple(by_rank.tolist()), tuple(depth), tuple(rdepth))
     pending = np.bincount(succ, minlength=n).tolist()
     order = _list_schedule(by_rank.tolist(), rank_of.tolist(), pending, first.tolist(), succ.tolist(), send_conn,
                            recv_conn, [n + 1 if slots is None else slots] * nconn)
@@ -102,24 +98,6 @@ def _list_schedule(by_rank: list[int], rank: list[int], pending: list[int], star
             pending[s] -= 1
             if pending[s] == 0 and passed[s]:
                 push(behind, rank[s])
-
-
-def _within_slots(order: np.ndarray, send_conn: list[int], recv_conn: list[int], slots: int) -> bool:
-    """Whether running `order` one instr at a time never sends on a connection that holds `slots` messages."""
-    sends = np.asarray(send_conn, dtype=np.int64)[order]
-    recvs = np.asarray(recv_conn, dtype=np.int64)[order]
-    at_send, at_recv = np.flatnonzero(sends >= 0), np.flatnonzero(recvs >= 0)
-    conn = np.concatenate([sends[at_send], recvs[at_recv]])
-    when = np.concatenate([at_send, at_recv])
-    delta = np.concatenate([np.ones(at_send.size, np.int64), -np.ones(at_recv.size, np.int64)])
-    by = np.lexsort((when, conn))  # per connection, in order (one instr never sends and receives on one)
-    conn, delta = conn[by], delta[by]
-    total = np.cumsum(delta)
-    starts = np.flatnonzero(np.diff(conn, prepend=-1))  # each connection's first event
-    before = np.repeat(np.concatenate([[0], total[starts[1:] - 1]]) if starts.size else starts, np.diff(
-        np.append(starts, conn.size)))
-    in_flight = total - delta - before  # messages in flight before each event
-    return bool(np.all(in_flight[delta > 0] < slots))
 
 
 def _successors(preds: tuple[tuple[int, ...], ...], after: tuple[tuple[int, ...], ...],
