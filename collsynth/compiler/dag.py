@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from itertools import chain
 from typing import NamedTuple
 
@@ -76,6 +77,11 @@ class Instr(NamedTuple):
             f" ch={self.ch_hint}" if self.ch_hint >= 0 else "")
         line = f"  # line {self.line}" if self.line else ""
         return f"r{self.rank} {self.kind:<4} {body}{peers}{hints}{line}"
+
+
+# An Instr from all 12 fields in order, without NamedTuple.__new__'s argument handling (half the cost; the
+# tracing makes millions of them).
+instr_of_fields = partial(tuple.__new__, Instr)
 
 
 @dataclass(frozen=True)
@@ -271,8 +277,8 @@ def trace_to_dag(program: Program) -> InstrDAG:
                 read(i, dfirst, cnt, deps, dst.rank, dbuf, doff, line)
             write(i, dfirst, cnt, deps)
             deps.discard(i)
-            instrs.append(Instr(COPY if copying else REDUCE, src.rank, sbuf, soff, dbuf, doff, cnt, -1, -1,
-                                -1 if op.sendtb is None or not manual else op.sendtb, channel, line))
+            instrs.append(instr_of_fields((COPY if copying else REDUCE, src.rank, sbuf, soff, dbuf, doff, cnt, -1, -1,
+                                           -1 if op.sendtb is None or not manual else op.sendtb, channel, line)))
             preds.append(ordered(deps))
             after.append(())
             send_to.append(-1)
@@ -296,13 +302,13 @@ def trace_to_dag(program: Program) -> InstrDAG:
             write(j, dfirst, cnt, deps)
             deps.discard(j)
             recv_preds = ordered(deps)
-        instrs.append(Instr(SEND, src.rank, sbuf, soff, sbuf, soff, cnt, dst.rank, -1,
-                            -1 if op.sendtb is None or not manual else op.sendtb, channel, line))
+        instrs.append(instr_of_fields((SEND, src.rank, sbuf, soff, sbuf, soff, cnt, dst.rank, -1,
+                                       -1 if op.sendtb is None or not manual else op.sendtb, channel, line)))
         preds.append(send_deps)
         after.append(() if previous is None else (previous,))
         send_to.append(j)
-        instrs.append(Instr(RECV if copying else RECV_REDUCE_COPY, dst.rank, dbuf, doff, dbuf, doff, cnt, -1, src.rank,
-                            -1 if op.recvtb is None or not manual else op.recvtb, channel, line))
+        instrs.append(instr_of_fields((RECV if copying else RECV_REDUCE_COPY, dst.rank, dbuf, doff, dbuf, doff, cnt, -1,
+                                       src.rank, -1 if op.recvtb is None or not manual else op.recvtb, channel, line)))
         preds.append(recv_preds)
         after.append(() if previous is None else (previous + 1,))
         send_to.append(-1)

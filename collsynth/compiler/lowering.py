@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple
 
 from collsynth.collectives import Collective
@@ -73,6 +74,10 @@ class LStep(NamedTuple):
         if self.type == NOP:
             return f"nop{wait}{flag}"
         return f"{self.type} {self.srcbuf}[{self.srcoff}] -> {self.dstbuf}[{self.dstoff}] x{self.cnt}{wait}{flag}"
+
+
+# An LStep from all 9 fields in order, without NamedTuple.__new__'s argument handling (half the cost).
+lstep_of_fields = partial(tuple.__new__, LStep)
 
 
 @dataclass(frozen=True)
@@ -169,8 +174,8 @@ def replicate_instances(dependencies: Dependencies, program: Program) -> TbProgr
                     if cross:
                         waits += [(tb_of[p] * copies + kp, step_of[p]) for p, kp in cross.get((i, k), ())]
                         waits = _uncovered(waits, waited)
-                    steps.append(LStep(ins.kind, sb, so, db, do, cnt,
-                                       tuple([(new_id[a], b) for a, b in waits]) if waits else (), False, ins.line))
+                    waits_to = tuple([(new_id[a], b) for a, b in waits]) if waits else ()
+                    steps.append(lstep_of_fields((ins.kind, sb, so, db, do, cnt, waits_to, False, ins.line)))
                 chan = tb.chan + k * per_instance
                 made[new_id[t * copies + k]] = LTb(tb.send, tb.recv, chan, tuple(steps))
         gpus.append(tuple(made))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from collsynth.compiler.dag import Instr, InstrDAG, dependents, forward_depths
+from collsynth.compiler.dag import Instr, InstrDAG, dependents, forward_depths, instr_of_fields
 from collsynth.compiler.errors import CompileError
 from collsynth.ir import (
     COPY,
@@ -251,9 +251,10 @@ def fuse_instructions(dag: InstrDAG) -> InstrDAG:
     merges: list[tuple[list[int], Instr]] = []
     for j, (s, fused_kind) in fused.items():
         rec, snd = instrs[j], instrs[s]
-        merges.append(([j, s], Instr(fused_kind, rec.rank, rec.dst_buf, rec.dst_off, rec.dst_buf, rec.dst_off,
-                                     rec.cnt, snd.send_peer, rec.recv_peer, rec.tb_hint, rec.ch_hint,
-                                     snd.line if 0 < snd.line < rec.line else rec.line)))
+        line = snd.line if 0 < snd.line < rec.line else rec.line
+        merges.append(([j, s], instr_of_fields((fused_kind, rec.rank, rec.dst_buf, rec.dst_off, rec.dst_buf,
+                                                rec.dst_off, rec.cnt, snd.send_peer, rec.recv_peer, rec.tb_hint,
+                                                rec.ch_hint, line))))
     if not merges:
         return dag
     return _contract(dag, merges, depth)
