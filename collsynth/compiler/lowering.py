@@ -308,19 +308,20 @@ def insert_nops(tbprog: TbProgram) -> TbProgram:
                      tbprog.sizes, tbprog.source)
 
 
+_NO_DEP = (-1, -1)  # depid, deps of a step that waits for nothing
+
+
 def lower_to_ir(tbprog: TbProgram) -> Algo:
     """The MSCCL-IR `Algo` (nops inserted first: every step has at most one dependency)."""
     gpus = []
     for rank, tbs in enumerate(tbprog.gpus):
         threadblocks = []
         for t, tb in enumerate(tbs):
-            steps = []
-            for k, s in enumerate(tb.steps):
-                if len(s.deps) > 1:
-                    raise ValueError("lower_to_ir needs insert_nops first: a step has several dependencies")
-                depid, dep = s.deps[0] if s.deps else (-1, -1)
-                steps.append(Step(k, s.type, s.srcbuf, s.srcoff, s.dstbuf, s.dstoff, s.cnt, depid, dep, s.hasdep))
-            threadblocks.append(Threadblock(t, tb.send, tb.recv, tb.chan, tuple(steps)))
+            if any(len(s.deps) > 1 for s in tb.steps):
+                raise ValueError("lower_to_ir needs insert_nops first: a step has several dependencies")
+            steps = tuple([Step(k, s.type, s.srcbuf, s.srcoff, s.dstbuf, s.dstoff, s.cnt,
+                                *(s.deps[0] if s.deps else _NO_DEP), s.hasdep) for k, s in enumerate(tb.steps)])
+            threadblocks.append(Threadblock(t, tb.send, tb.recv, tb.chan, steps))
         i_chunks, o_chunks, s_chunks = tbprog.sizes[rank]
         gpus.append(Gpu(rank, i_chunks, o_chunks, s_chunks, tuple(threadblocks)))
     meta = (("compiler", "collsynth"), ("program", tbprog.name), ("instances", str(tbprog.instances)),
