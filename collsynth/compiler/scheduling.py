@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import heapq
 from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 
@@ -13,8 +14,6 @@ from collsynth.compiler.errors import CompileError
 from collsynth.compiler.placement import ChannelledDAG, Schedule
 from collsynth.core.limits import FIFO_SLOTS
 from collsynth.ir import RECEIVING_TYPES, SENDING_TYPES
-
-Connection = tuple[int, int, int]  # (sender rank, receiver rank, channel)
 
 
 def schedule(cdag: ChannelledDAG, slots: int | None = FIFO_SLOTS) -> Schedule:
@@ -122,13 +121,22 @@ def _successors(preds: tuple[tuple[int, ...], ...], after: tuple[tuple[int, ...]
 def _connection_ids(cdag: ChannelledDAG) -> tuple[list[int], list[int], int]:
     """Per instr, the number of the connection (sender rank, receiver rank, channel) it sends on and of the one
     it receives from (-1 where it does not), and how many connections there are."""
-    ids: dict[Connection, int] = {}
-    sends = [-1] * len(cdag.channels)
-    recvs = [-1] * len(cdag.channels)
-    for i, (ins, ch) in enumerate(zip(cdag.dag.instrs, cdag.channels, strict=True)):
-        kind = ins.kind
-        if kind in SENDING_TYPES:
-            sends[i] = ids.setdefault((ins.rank, ins.send_peer, ch), len(ids))
-        if kind in RECEIVING_TYPES:
-            recvs[i] = ids.setdefault((ins.recv_peer, ins.rank, ch), len(ids))
-    return sends, recvs, len(ids)
+    instrs = cdag.dag.instrs
+    n = len(instrs)
+    kinds = list(map(attrgetter("kind"), instrs))
+    codes = {kind: (kind in RECEIVING_TYPES) | 2 * (kind in SENDING_TYPES) for kind in set(kinds)}
+    code = np.fromiter(map(codes.__getitem__, kinds), dtype=np.int8, count=n)
+
+    def column(name: str) -> np.ndarray:
+        return np.fromiter(map(attrgetter(name), instrs), dtype=np.int64, count=n) + 1  # -1 (none) becomes 0
+
+    rank, send_peer, recv_peer = column("rank"), column("send_peer"), column("recv_peer")
+    channel = np.asarray(cdag.channels, dtype=np.int64) + 1
+    ranks, channels = cdag.dag.num_ranks + 1, int(channel.max(initial=0)) + 1
+    sending, receiving = np.flatnonzero(code & 2), np.flatnonzero(code & 1)
+    keys = np.concatenate([(rank[sending] * ranks + send_peer[sending]) * channels + channel[sending],
+                           (recv_peer[receiving] * ranks + rank[receiving]) * channels + channel[receiving]])
+    unique, number = np.unique(keys, return_inverse=True)
+    sends, recvs = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+    sends[sending], recvs[receiving] = number[:sending.size], number[sending.size:]
+    return sends.tolist(), recvs.tolist(), int(unique.size)
