@@ -77,8 +77,8 @@ class _PassClock:
         self.last = now
 
     def finish(self) -> list[tuple[str, float]]:
-        """The passes, plus what followed the last one (the bounded-FIFO deadlock check)."""
-        return [*self.passes, ("bounded_deadlock", time.process_time() - self.last)]
+        """The passes, plus what followed the last one: freeing the intermediate forms, the bounded-FIFO check."""
+        return [*self.passes, ("free + deadlock check", time.process_time() - self.last)]
 
 
 def measure(ranks: int, profile: str | None, passes: bool = False) -> dict[str, Any]:
