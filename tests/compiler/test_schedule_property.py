@@ -1,6 +1,7 @@
-"""Property: `schedule` (CSR successor arrays, a lexsorted integer priority) gives exactly the order of the plain
-list scheduler it replaced (a ready set keyed by (depth, -rdepth, instr)), on the DAGs of random DSL programs
-and of library programs; and that order is topological."""
+"""Property: `schedule` (CSR successor arrays, a scan of the priority order with a heap for the instrs it passed)
+gives exactly the order of the plain list scheduler it replaced (a ready set keyed by (depth, -rdepth, instr),
+sends parked while their connection holds `slots` messages), on the DAGs of random DSL programs and of library
+programs, with 1, 2, 8 and unbounded slots; and that order is topological."""
 
 import heapq
 
