@@ -5,6 +5,7 @@
     nice .venv/bin/python bench/pipeline_scale.py --ranks 256      # one size
     nice .venv/bin/python bench/pipeline_scale.py --profile lower  # cProfile one stage (top 25 by own time)
     nice .venv/bin/python bench/pipeline_scale.py --passes         # the compile's CPU s per pass too
+    nice .venv/bin/python bench/pipeline_scale.py --no-gc-pause    # compile without its collector pause
 
 Each size runs in its own process, so its peak memory (ru_maxrss) is its own. The synthesized algorithm is
 cached under the system temp folder (`collsynth-bench-<topology>.pickle`) because synthesis is not measured
@@ -81,13 +82,20 @@ class _PassClock:
         return [*self.passes, ("free + deadlock check", time.process_time() - self.last)]
 
 
-def measure(ranks: int, profile: str | None, passes: bool = False) -> dict[str, Any]:
-    """Run the stages once in this process; return their figures."""
+def measure(ranks: int, profile: str | None, passes: bool = False, gc_pause: bool = True) -> dict[str, Any]:
+    """Run the stages once in this process; return their figures. `gc_pause=False` replaces the compile's pause
+    of the cyclic collector with a no-op, to measure what the pause saves."""
     from collsynth.compiler import compile_program
     from collsynth.emit.chakra import export_chakra
     from collsynth.language.timed import lower_timed
     from collsynth.sim.simulate import simulate
 
+    if not gc_pause:
+        import contextlib
+
+        import collsynth.compiler.pipeline as pipeline
+
+        pipeline._collector_paused = contextlib.nullcontext  # type: ignore[assignment]
     topo, algorithm = _algorithm(SHAPES[ranks])
     stages: list[dict[str, Any]] = []
     program = _timed(stages, "lower", profile, lambda: lower_timed(algorithm))
@@ -107,11 +115,12 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, choices=sorted(SHAPES), action="append")
     parser.add_argument("--profile", choices=("lower", "compile", "simulate", "chakra"))
     parser.add_argument("--passes", action="store_true", help="the compile's CPU seconds per pass")
+    parser.add_argument("--no-gc-pause", action="store_true", help="compile without pausing the cyclic collector")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a child process: one size, JSON
     args = parser.parse_args()
     sizes = args.ranks or sorted(SHAPES)
     if args.one:
-        print(json.dumps(measure(sizes[0], args.profile, args.passes)))
+        print(json.dumps(measure(sizes[0], args.profile, args.passes, not args.no_gc_pause)))
         return
     table = Table(title="pipeline at cluster scale: greedy AllGather, TACOS links, 1 GiB (target: each < 30 s)")
     for name in ("stage", "ranks", "ops", "CPU s", "wall s", "peak RSS MB", "simulated us"):
@@ -122,6 +131,8 @@ def main() -> None:
             command += ["--profile", args.profile]
         if args.passes:
             command.append("--passes")
+        if args.no_gc_pause:
+            command.append("--no-gc-pause")
         out = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True)
         r = json.loads(out.stdout.strip().splitlines()[-1])
         for s in r["stages"]:
