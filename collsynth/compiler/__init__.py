@@ -30,9 +30,9 @@ from collsynth.compiler.placement import (
     Schedule,
     assign_channels,
     assign_threadblocks,
-    schedule,
 )
 from collsynth.compiler.ports import order_port_sends
+from collsynth.compiler.scheduling import schedule
 
 __all__ = [
     "ChannelledDAG", "CompileError", "Dependencies", "Instr", "InstrDAG", "Placement", "Schedule", "TbProgram",

@@ -9,11 +9,13 @@ topological sweep); then collsynth.ir.validate for everything the MSCCL loaders 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 
 import numpy as np
 
 from collsynth.compiler.errors import CompileError
-from collsynth.ir import MAX_CHANNELS, MAX_COUNT, MAX_STEPS_PER_TB, NOP, RECEIVING_TYPES, SENDING_TYPES, Algo
+from collsynth.ir import MAX_CHANNELS, MAX_COUNT, MAX_STEPS_PER_TB, NOP, RECEIVING_TYPES, SENDING_TYPES, Algo, Step
+from collsynth.ir.deadlock import unreached
 from collsynth.language.program import where
 
 Lines = Sequence[Sequence[Sequence[int]]]  # per gpu, per threadblock, per step: the DSL line (0: none)
@@ -30,8 +32,9 @@ def check_ir(ir: Algo, lines: Lines | None = None, *, order: bool = True, source
 
     _check_limits(ir, at, max_steps)
     if order:
-        _check_connections(ir, at)
-        _check_cycles(ir, at)
+        connections = _connections(ir)
+        _check_connections(connections, at)
+        _check_cycles(ir, at, connections)
     from collsynth.ir.validate import validate
 
     validate(ir, max_steps_per_tb=max_steps)
@@ -57,92 +60,73 @@ def _check_limits(ir: Algo, at, max_steps: int | None) -> None:  # type: ignore[
 
 
 def _connections(ir: Algo) -> tuple[dict, dict]:  # type: ignore[type-arg]
-    senders: dict[tuple[int, int, int], tuple[int, list[int]]] = {}
-    receivers: dict[tuple[int, int, int], tuple[int, list[int]]] = {}
+    """Per connection (sender, receiver, channel): the threadblock driving each side, the `s` of its sending
+    (receiving) steps and their counts."""
+    senders: dict[tuple[int, int, int], tuple[int, list[int], list[int]]] = {}
+    receivers: dict[tuple[int, int, int], tuple[int, list[int], list[int]]] = {}
     for gpu in ir.gpus:
         for tb in gpu.tbs:
-            sends = [s.s for s in tb.steps if s.type in SENDING_TYPES]
-            recvs = [s.s for s in tb.steps if s.type in RECEIVING_TYPES]
+            sends = [s for s in tb.steps if s.type in SENDING_TYPES]
+            recvs = [s for s in tb.steps if s.type in RECEIVING_TYPES]
             if sends:
-                senders[(gpu.id, tb.send, tb.chan)] = (tb.id, sends)
+                senders[(gpu.id, tb.send, tb.chan)] = (tb.id, [s.s for s in sends], [s.cnt for s in sends])
             if recvs:
-                receivers[(tb.recv, gpu.id, tb.chan)] = (tb.id, recvs)
+                receivers[(tb.recv, gpu.id, tb.chan)] = (tb.id, [s.s for s in recvs], [s.cnt for s in recvs])
     return senders, receivers
 
 
-def _check_connections(ir: Algo, at) -> None:  # type: ignore[no-untyped-def]
-    senders, receivers = _connections(ir)
+def _check_connections(connections: tuple[dict, dict], at) -> None:  # type: ignore[no-untyped-def,type-arg]
+    senders, receivers = connections
     for key in senders.keys() | receivers.keys():
         src, dst, chan = key
-        stb, sends = senders.get(key, (-1, []))
-        rtb, recvs = receivers.get(key, (-1, []))
+        stb, sends, scnts = senders.get(key, (-1, [], []))
+        rtb, recvs, rcnts = receivers.get(key, (-1, [], []))
         if len(sends) != len(recvs):
             g, t, s = (src, stb, sends[len(recvs)]) if len(sends) > len(recvs) else (dst, rtb, recvs[len(sends)])
             raise CompileError(f"{at(g, t, s)}connection {src}->{dst} channel {chan}: {len(sends)} sends but "
                                f"{len(recvs)} receives; every send needs its receive")
-        for k, (s, r) in enumerate(zip(sends, recvs, strict=False)):
-            scnt = ir.gpus[src].tbs[stb].steps[s].cnt
-            rcnt = ir.gpus[dst].tbs[rtb].steps[r].cnt
-            if scnt != rcnt:
-                raise CompileError(f"{at(dst, rtb, r)}connection {src}->{dst} channel {chan}: message {k} is sent with "
-                                   f"{scnt} chunks but received as {rcnt}; sends and receives are out of order")
+        if scnts != rcnts:
+            k = next(k for k, (a, b) in enumerate(zip(scnts, rcnts, strict=True)) if a != b)
+            raise CompileError(f"{at(dst, rtb, recvs[k])}connection {src}->{dst} channel {chan}: message {k} is sent "
+                               f"with {scnts[k]} chunks but received as {rcnts[k]}; sends and receives are out of "
+                               "order")
 
 
-def _check_cycles(ir: Algo, at) -> None:  # type: ignore[no-untyped-def]
+def _check_cycles(ir: Algo, at, connections: tuple[dict, dict]) -> None:  # type: ignore[no-untyped-def,type-arg]
     """Kahn's algorithm over all steps: threadblock order, waits, and the k-th send -> k-th receive. Level by
     level with numpy (the levels are the longest path, far fewer than the steps)."""
-    base: list[list[int]] = []  # id of step 0 of every threadblock
-    total = 0
-    src: list[int] = []  # edges src -> dst between global step ids
-    dst: list[int] = []
+    steps: list[Step] = []
+    sizes: list[int] = []  # steps per threadblock, threadblocks numbered globally in (gpu, tb) order
+    gpu_first: list[int] = []  # the global number of every gpu's threadblock 0
     for gpu in ir.gpus:
-        firsts = []
+        gpu_first.append(len(sizes))
         for tb in gpu.tbs:
-            firsts.append(total)
-            total += len(tb.steps)
-        base.append(firsts)
-    for gpu in ir.gpus:
-        firsts = base[gpu.id]
-        for tb in gpu.tbs:
-            me = firsts[tb.id]
-            src.extend(range(me, me + len(tb.steps) - 1))  # threadblock order
-            dst.extend(range(me + 1, me + len(tb.steps)))
-            for k, step in enumerate(tb.steps):
-                if step.depid >= 0:
-                    src.append(firsts[step.depid] + step.deps)
-                    dst.append(me + k)
-    senders, receivers = _connections(ir)
-    for key, (stb, sends) in senders.items():
-        rtb, recvs = receivers[key]
-        a, b = base[key[0]][stb], base[key[1]][rtb]
-        src.extend(a + s for s in sends)
-        dst.extend(b + r for r in recvs)
-    indegree = _unreached(total, np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64))
-    done = total - int(np.count_nonzero(indegree))
-    if done < total:
-        for gpu in ir.gpus:
-            for tb in gpu.tbs:
+            sizes.append(len(tb.steps))
+            steps.extend(tb.steps)
+    total = len(steps)
+    size = np.asarray(sizes, dtype=np.int64)
+    first = np.zeros(size.size + 1, dtype=np.int64)  # id of step 0 of every threadblock
+    np.cumsum(size, out=first[1:])
+    tb_of = np.repeat(np.arange(size.size), size)
+    in_order = np.flatnonzero(tb_of[:-1] == tb_of[1:])  # threadblock order: step -> next step
+    depid = np.fromiter(map(attrgetter("depid"), steps), dtype=np.int64, count=total)
+    waiting = np.flatnonzero(depid >= 0)
+    deps = np.fromiter(map(attrgetter("deps"), steps), dtype=np.int64, count=total)[waiting]
+    gpu_of = np.repeat(np.arange(len(gpu_first)), np.diff(np.append(gpu_first, size.size)))
+    waited = first[np.asarray(gpu_first, dtype=np.int64)[gpu_of[tb_of[waiting]]] + depid[waiting]] + deps
+    src, dst = [in_order, waited], [in_order + 1, waiting]
+    base = np.asarray(gpu_first, dtype=np.int64)
+    senders, receivers = connections
+    for key, (stb, sends, _) in senders.items():
+        rtb, recvs, _ = receivers[key]
+        src.append(first[base[key[0]] + stb] + np.asarray(sends, dtype=np.int64))
+        dst.append(first[base[key[1]] + rtb] + np.asarray(recvs, dtype=np.int64))
+    indegree = unreached(total, np.concatenate(src), np.concatenate(dst))
+    if np.count_nonzero(indegree):
+        for g, gpu in enumerate(ir.gpus):
+            for t, tb in enumerate(gpu.tbs):
                 for step in tb.steps:
-                    if indegree[base[gpu.id][tb.id] + step.s] > 0 and step.type != NOP:
+                    if indegree[first[gpu_first[g] + t] + step.s] > 0 and step.type != NOP:
                         raise CompileError(f"{at(gpu.id, tb.id, step.s)}dependency cycle: rank {gpu.id} threadblock "
                                            f"{tb.id} step {step.s} can never run (its waits, its threadblock's order "
                                            "and the connections' message order form a loop)")
-
-
-def _unreached(total: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """Kahn's algorithm, a whole level of ready steps at a time: the in-degree left on every step (all zero
-    when the graph is acyclic)."""
-    indegree = np.bincount(dst, minlength=total)
-    by_src = np.argsort(src, kind="stable")
-    succ = dst[by_src]
-    first = np.zeros(total + 1, dtype=np.int64)
-    np.cumsum(np.bincount(src, minlength=total), out=first[1:])
-    ready = np.flatnonzero(indegree == 0)
-    while ready.size:
-        starts, counts = first[ready], first[ready + 1] - first[ready]
-        ends = np.cumsum(counts)
-        picked = np.arange(int(ends[-1])) - np.repeat(ends - counts - starts, counts)
-        targets = succ[picked]
-        np.subtract.at(indegree, targets, 1)
-        ready = np.unique(targets[indegree[targets] == 0])
-    return indegree

@@ -27,7 +27,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
+from itertools import chain
 from typing import NamedTuple
+
+import numpy as np
 
 from collsynth.compiler.errors import CompileError
 from collsynth.ir import (
@@ -75,6 +79,11 @@ class Instr(NamedTuple):
         return f"r{self.rank} {self.kind:<4} {body}{peers}{hints}{line}"
 
 
+# An Instr from all 12 fields in order, without NamedTuple.__new__'s argument handling (half the cost; the
+# tracing makes millions of them).
+instr_of_fields = partial(tuple.__new__, Instr)
+
+
 @dataclass(frozen=True)
 class InstrDAG:
     num_ranks: int
@@ -96,11 +105,9 @@ class InstrDAG:
         return sender
 
     def succs(self) -> list[list[int]]:
-        out: list[list[int]] = [[] for _ in self.instrs]
-        for i, ps in enumerate(self.preds):
-            for p in ps:
-                out[p].append(i)
-        return out
+        """The instrs that depend on each instr (same-rank dependencies), in increasing order."""
+        first, targets = dependents(self)
+        return [targets[first[i]:first[i + 1]] for i in range(len(self.instrs))]
 
     def where(self, i: int) -> str:
         return where(self.instrs[i].line, self.source)
@@ -113,6 +120,18 @@ class InstrDAG:
             to = f"  => {self.send_to[i]}" if self.send_to[i] >= 0 else ""
             lines.append(f"  {i}: {ins}{after}{order}{to}")
         return "\n".join(lines)
+
+
+def dependents(dag: InstrDAG) -> tuple[list[int], list[int]]:
+    """The same-rank dependents of every instr in CSR form: those of instr i are targets[first[i]:first[i + 1]],
+    in increasing order."""
+    n = len(dag.instrs)
+    heads = np.fromiter(chain.from_iterable(dag.preds), dtype=np.int64)
+    tails = np.repeat(np.arange(n), np.fromiter(map(len, dag.preds), dtype=np.int64, count=n))
+    by_head = np.argsort(heads, kind="stable")  # tails are increasing: each instr's dependents stay sorted
+    first = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(heads, minlength=n), out=first[1:])
+    return first.tolist(), tails[by_head].tolist()
 
 
 def depths(dag: InstrDAG, queued: bool = True) -> tuple[list[int], list[int]]:
@@ -217,6 +236,26 @@ def trace_to_dag(program: Program) -> InstrDAG:
     def ordered(deps: set[int]) -> tuple[int, ...]:
         return tuple(deps) if len(deps) < 2 else tuple(sorted(deps))
 
+    def copied_once(i: int, sfirst: int, j: int, dfirst: int, rank: int, buf: str, off: int, line: int) -> list[int]:
+        """read(i, sfirst, 1) then write(j, dfirst, 1) for a one-slot copy to another rank: the receive's
+        dependencies (the send's, the only one read, is `last_writer` before this call)."""
+        w = last_writer[sfirst]
+        if w == unwritten:
+            read(i, sfirst, 1, set(), rank, buf, off, line)  # raises
+        rs = readers[sfirst]
+        if rs is None:
+            readers[sfirst] = [i]
+        else:
+            rs.append(i)
+        rs = readers[dfirst]
+        if rs:
+            readers[dfirst] = None
+        else:
+            w = last_writer[dfirst]
+            rs = [w] if w >= 0 else []
+        last_writer[dfirst] = j
+        return rs
+
     for op in program.ops:
         src, dst, line = op.src, op.dst, op.line
         cnt = src.count
@@ -229,37 +268,48 @@ def trace_to_dag(program: Program) -> InstrDAG:
         channel = -1 if op.channel is None else op.channel
         copying = op.op == OP_COPY
         i = len(instrs)
-        deps: set[int] = set()
         if src.rank == dst.rank:
             if copying and sfirst == dfirst:
                 continue
+            deps: set[int] = set()
             read(i, sfirst, cnt, deps, src.rank, sbuf, soff, line)
             if not copying:
                 read(i, dfirst, cnt, deps, dst.rank, dbuf, doff, line)
             write(i, dfirst, cnt, deps)
             deps.discard(i)
-            instrs.append(Instr(COPY if copying else REDUCE, src.rank, sbuf, soff, dbuf, doff, cnt, -1, -1,
-                                -1 if op.sendtb is None or not manual else op.sendtb, channel, line))
+            instrs.append(instr_of_fields((COPY if copying else REDUCE, src.rank, sbuf, soff, dbuf, doff, cnt, -1, -1,
+                                           -1 if op.sendtb is None or not manual else op.sendtb, channel, line)))
             preds.append(ordered(deps))
             after.append(())
             send_to.append(-1)
             continue
         previous = last_message.get((src.rank, dst.rank))
         last_message[(src.rank, dst.rank)] = i
-        read(i, sfirst, cnt, deps, src.rank, sbuf, soff, line)
-        instrs.append(Instr(SEND, src.rank, sbuf, soff, sbuf, soff, cnt, dst.rank, -1,
-                            -1 if op.sendtb is None or not manual else op.sendtb, channel, line))
-        preds.append(ordered(deps))
+        j = i + 1
+        if cnt == 1 and copying:  # the common case, without sets
+            w = last_writer[sfirst]
+            send_deps: tuple[int, ...] = (w,) if w >= 0 else ()
+            recv_deps = copied_once(i, sfirst, j, dfirst, src.rank, sbuf, soff, line)
+            recv_preds = (tuple(recv_deps) if len(recv_deps) < 2 else
+                          tuple(sorted(set(recv_deps)))) if recv_deps else ()
+        else:
+            deps = set()
+            read(i, sfirst, cnt, deps, src.rank, sbuf, soff, line)
+            send_deps = ordered(deps)
+            deps = set()
+            if not copying:
+                read(j, dfirst, cnt, deps, dst.rank, dbuf, doff, line)
+            write(j, dfirst, cnt, deps)
+            deps.discard(j)
+            recv_preds = ordered(deps)
+        instrs.append(instr_of_fields((SEND, src.rank, sbuf, soff, sbuf, soff, cnt, dst.rank, -1,
+                                       -1 if op.sendtb is None or not manual else op.sendtb, channel, line)))
+        preds.append(send_deps)
         after.append(() if previous is None else (previous,))
-        send_to.append(i + 1)
-        j, deps = i + 1, set()
-        if not copying:
-            read(j, dfirst, cnt, deps, dst.rank, dbuf, doff, line)
-        write(j, dfirst, cnt, deps)
-        deps.discard(j)
-        instrs.append(Instr(RECV if copying else RECV_REDUCE_COPY, dst.rank, dbuf, doff, dbuf, doff, cnt, -1, src.rank,
-                            -1 if op.recvtb is None or not manual else op.recvtb, channel, line))
-        preds.append(ordered(deps))
+        send_to.append(j)
+        instrs.append(instr_of_fields((RECV if copying else RECV_REDUCE_COPY, dst.rank, dbuf, doff, dbuf, doff, cnt, -1,
+                                       src.rank, -1 if op.recvtb is None or not manual else op.recvtb, channel, line)))
+        preds.append(recv_preds)
         after.append(() if previous is None else (previous + 1,))
         send_to.append(-1)
     return InstrDAG(program.num_ranks, tuple(instrs), tuple(preds), tuple(after), tuple(send_to), source)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple
 
 from collsynth.collectives import Collective
@@ -73,6 +74,10 @@ class LStep(NamedTuple):
         if self.type == NOP:
             return f"nop{wait}{flag}"
         return f"{self.type} {self.srcbuf}[{self.srcoff}] -> {self.dstbuf}[{self.dstoff}] x{self.cnt}{wait}{flag}"
+
+
+# An LStep from all 9 fields in order, without NamedTuple.__new__'s argument handling (half the cost).
+lstep_of_fields = partial(tuple.__new__, LStep)
 
 
 @dataclass(frozen=True)
@@ -142,19 +147,15 @@ def replicate_instances(dependencies: Dependencies, program: Program) -> TbProgr
             base[name] = at
             at += size * copies
 
-        def place(buf: str, off: int, cnt: int, k: int, scratch: dict[str, int] = scratch,
-                  base: dict[str, int] = base) -> tuple[str, int]:
-            if buf in (INPUT, OUTPUT):
-                code, start, size = ("i" if buf == INPUT else "o"), 0, sizes[buf]
-            else:
-                code, start, size = "s", base[buf], scratch[buf]
-            return code, start + ((off * copies + k * cnt) if interleaved else (size * k + off))
-
+        layout = {INPUT: ("i", 0, sizes[INPUT]), OUTPUT: ("o", 0, sizes[OUTPUT])}  # buffer -> IR buffer, start, size
+        layout.update((name, ("s", base[name], size)) for name, size in scratch.items())
         # Threadblocks are numbered by (send, recv, chan), then by their order in the placement: number them
         # first, so every wait names its final threadblock as it is made.
         keys = sorted(((tb.send, tb.recv, tb.chan + k * per_instance), t * copies + k)
                       for t, tb in enumerate(tbs) for k in range(copies))
-        new_id = {old: new for new, (_, old) in enumerate(keys)}
+        new_id = [0] * len(keys)
+        for new, (_, old) in enumerate(keys):
+            new_id[old] = new
         made: list[LTb] = [None] * len(keys)  # type: ignore[list-item]
         for t, tb in enumerate(tbs):
             for k in range(copies):
@@ -162,14 +163,19 @@ def replicate_instances(dependencies: Dependencies, program: Program) -> TbProgr
                 waited: dict[int, int] = {}  # threadblock -> latest step this threadblock already waited for
                 for i in tb.instrs:
                     ins = instrs[i]
-                    sb, so = place(ins.src_buf, ins.src_off, ins.cnt, k)
-                    db, do = place(ins.dst_buf, ins.dst_off, ins.cnt, k)
-                    waits = [(dt * copies + k, ds) for dt, ds in deps[i]]
+                    cnt = ins.cnt
+                    sb, sstart, ssize = layout[ins.src_buf]
+                    db, dstart, dsize = layout[ins.dst_buf]
+                    if interleaved:  # see the module docstring
+                        so, do = sstart + ins.src_off * copies + k * cnt, dstart + ins.dst_off * copies + k * cnt
+                    else:
+                        so, do = sstart + ssize * k + ins.src_off, dstart + dsize * k + ins.dst_off
+                    waits = [(dt * copies + k, ds) for dt, ds in deps[i]] if deps[i] else []
                     if cross:
                         waits += [(tb_of[p] * copies + kp, step_of[p]) for p, kp in cross.get((i, k), ())]
                         waits = _uncovered(waits, waited)
-                    steps.append(LStep(ins.kind, sb, so, db, do, ins.cnt,
-                                       tuple([(new_id[a], b) for a, b in waits]) if waits else (), False, ins.line))
+                    waits_to = tuple([(new_id[a], b) for a, b in waits]) if waits else ()
+                    steps.append(lstep_of_fields((ins.kind, sb, so, db, do, cnt, waits_to, False, ins.line)))
                 chan = tb.chan + k * per_instance
                 made[new_id[t * copies + k]] = LTb(tb.send, tb.recv, chan, tuple(steps))
         gpus.append(tuple(made))
@@ -272,10 +278,19 @@ def insert_nops(tbprog: TbProgram) -> TbProgram:
             return (t, s) if index is None else (t, index[s])
 
         shifted = any(index is not None for index in new_index)  # else every step keeps its index
-        waited = ({moved(t, s) for tb in tbs for step in tb.steps for t, s in step.deps} if shifted else
-                  {dep for tb in tbs for step in tb.steps for dep in step.deps})
+        waited: list[set[int]] = [set() for _ in tbs]  # per threadblock: its steps that others wait for
+        for tb in tbs:
+            for step in tb.steps:
+                for t, s in step.deps:
+                    t, s = moved(t, s) if shifted else (t, s)
+                    waited[t].add(s)
         new_tbs = []
         for t, tb in enumerate(tbs):
+            mine = waited[t]
+            if not shifted and all(len(step.deps) < 2 and step.hasdep == (k in mine)
+                                   for k, step in enumerate(tb.steps)):
+                new_tbs.append(tb)  # no nop and no flag to change
+                continue
             steps = []
             for step in tb.steps:
                 deps = step.deps
@@ -284,7 +299,7 @@ def insert_nops(tbprog: TbProgram) -> TbProgram:
                     for dep in deps[1:]:
                         steps.append(LStep(NOP, "i", -1, "o", -1, 0, (dep,), False, step.line))
                     deps = deps[:1]
-                hasdep = (t, len(steps)) in waited
+                hasdep = len(steps) in mine
                 steps.append(step if (deps == step.deps and hasdep == step.hasdep) else
                              step._replace(deps=deps, hasdep=hasdep))
             new_tbs.append(LTb(tb.send, tb.recv, tb.chan, tuple(steps)))
@@ -293,19 +308,20 @@ def insert_nops(tbprog: TbProgram) -> TbProgram:
                      tbprog.sizes, tbprog.source)
 
 
+_NO_DEP = (-1, -1)  # depid, deps of a step that waits for nothing
+
+
 def lower_to_ir(tbprog: TbProgram) -> Algo:
     """The MSCCL-IR `Algo` (nops inserted first: every step has at most one dependency)."""
     gpus = []
     for rank, tbs in enumerate(tbprog.gpus):
         threadblocks = []
         for t, tb in enumerate(tbs):
-            steps = []
-            for k, s in enumerate(tb.steps):
-                if len(s.deps) > 1:
-                    raise ValueError("lower_to_ir needs insert_nops first: a step has several dependencies")
-                depid, dep = s.deps[0] if s.deps else (-1, -1)
-                steps.append(Step(k, s.type, s.srcbuf, s.srcoff, s.dstbuf, s.dstoff, s.cnt, depid, dep, s.hasdep))
-            threadblocks.append(Threadblock(t, tb.send, tb.recv, tb.chan, tuple(steps)))
+            if any(len(s.deps) > 1 for s in tb.steps):
+                raise ValueError("lower_to_ir needs insert_nops first: a step has several dependencies")
+            steps = tuple([Step(k, s.type, s.srcbuf, s.srcoff, s.dstbuf, s.dstoff, s.cnt,
+                                *(s.deps[0] if s.deps else _NO_DEP), s.hasdep) for k, s in enumerate(tb.steps)])
+            threadblocks.append(Threadblock(t, tb.send, tb.recv, tb.chan, steps))
         i_chunks, o_chunks, s_chunks = tbprog.sizes[rank]
         gpus.append(Gpu(rank, i_chunks, o_chunks, s_chunks, tuple(threadblocks)))
     meta = (("compiler", "collsynth"), ("program", tbprog.name), ("instances", str(tbprog.instances)),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from collsynth.compiler.dag import Instr, InstrDAG, forward_depths
+from collsynth.compiler.dag import Instr, InstrDAG, dependents, forward_depths, instr_of_fields
 from collsynth.compiler.errors import CompileError
 from collsynth.ir import (
     COPY,
@@ -219,13 +219,13 @@ def fuse_instructions(dag: InstrDAG) -> InstrDAG:
     same count and the same threadblock/channel hints, and the message queued before it on its
     connection must not come later than the receive (the fused step sends when it receives)."""
     instrs, preds, after = dag.instrs, dag.preds, dag.after
-    succs = dag.succs()
+    first, targets = dependents(dag)
     depth = forward_depths(dag)
     fused: dict[int, tuple[int, str]] = {}  # receive -> (send, fused kind)
     for j, rec in enumerate(instrs):
         if rec.kind != RECV and rec.kind != RECV_REDUCE_COPY:
             continue
-        for s in succs[j]:
+        for s in targets[first[j]:first[j + 1]]:
             snd = instrs[s]
             if not (snd.kind == SEND and preds[s] == (j,) and snd.src_buf == rec.dst_buf
                     and snd.src_off == rec.dst_off and snd.cnt == rec.cnt and snd.tb_hint == rec.tb_hint
@@ -240,8 +240,8 @@ def fuse_instructions(dag: InstrDAG) -> InstrDAG:
             if rec.kind == RECV:
                 kind = RECV_COPY_SEND
             else:
-                later = succs[s]
-                dead = (len(succs[j]) == 1 and len(later) == 1 and instrs[later[0]].kind == RECV
+                later = targets[first[s]:first[s + 1]]
+                dead = (first[j + 1] - first[j] == 1 and len(later) == 1 and instrs[later[0]].kind == RECV
                         and instrs[later[0]].dst_buf == rec.dst_buf and instrs[later[0]].dst_off == rec.dst_off
                         and instrs[later[0]].cnt == rec.cnt)
                 kind = RECV_REDUCE_SEND if dead else RECV_REDUCE_COPY_SEND
@@ -251,9 +251,10 @@ def fuse_instructions(dag: InstrDAG) -> InstrDAG:
     merges: list[tuple[list[int], Instr]] = []
     for j, (s, fused_kind) in fused.items():
         rec, snd = instrs[j], instrs[s]
-        merges.append(([j, s], Instr(fused_kind, rec.rank, rec.dst_buf, rec.dst_off, rec.dst_buf, rec.dst_off,
-                                     rec.cnt, snd.send_peer, rec.recv_peer, rec.tb_hint, rec.ch_hint,
-                                     snd.line if 0 < snd.line < rec.line else rec.line)))
+        line = snd.line if 0 < snd.line < rec.line else rec.line
+        merges.append(([j, s], instr_of_fields((fused_kind, rec.rank, rec.dst_buf, rec.dst_off, rec.dst_buf,
+                                                rec.dst_off, rec.cnt, snd.send_peer, rec.recv_peer, rec.tb_hint,
+                                                rec.ch_hint, line))))
     if not merges:
         return dag
     return _contract(dag, merges, depth)

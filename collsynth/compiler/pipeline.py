@@ -17,8 +17,9 @@ from collsynth.compiler.errors import CompileError
 from collsynth.compiler.lowering import insert_nops, lower_to_ir, replicate_instances, step_lines
 from collsynth.compiler.merging import aggregate_contiguous, fuse_instructions
 from collsynth.compiler.ordering import order_messages
-from collsynth.compiler.placement import assign_channels, assign_threadblocks, schedule
+from collsynth.compiler.placement import assign_channels, assign_threadblocks
 from collsynth.compiler.ports import order_port_sends
+from collsynth.compiler.scheduling import schedule
 from collsynth.compiler.split import pair_threadblocks, split_to_target, spread_channels
 from collsynth.core.limits import FIFO_SLOTS
 from collsynth.core.targets import Target, get_target

@@ -1,4 +1,4 @@
-"""Placement passes: assign_channels, schedule, assign_threadblocks.
+"""Placement passes: assign_channels, schedule (in compiler/scheduling.py), assign_threadblocks.
 
 MSCCL runs each (sender, receiver, channel) connection as one FIFO driven by exactly one threadblock
 on each side, and a threadblock has one send peer, one receive peer and one channel. So:
@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 
-from collsynth.compiler.dag import FUSED_TYPES, InstrDAG, depths, transfer_chain
+from collsynth.compiler.dag import FUSED_TYPES, InstrDAG, transfer_chain
 from collsynth.compiler.errors import CompileError
-from collsynth.core.limits import FIFO_SLOTS
 from collsynth.ir import COPY, MAX_CHANNELS, RECEIVING_TYPES, REDUCE, SEND, SENDING_TYPES
 
 
@@ -141,98 +140,6 @@ def _pairing_ok(instrs, fused, ch, pair_recv, pair_send) -> bool:  # type: ignor
     return True
 
 
-# --- schedule ------------------------------------------------------------------------------------
-
-Connection = tuple[int, int, int]  # (sender rank, receiver rank, channel)
-
-
-def schedule(cdag: ChannelledDAG, slots: int | None = FIFO_SLOTS) -> Schedule:
-    """List scheduling: an instr is ready when its same-rank predecessors, the message queued before it
-    on its connection and (if it receives) its sender are done; among ready instrs the lowest depth
-    goes first, then the one with the longest path to the end, then program order. A send waits while
-    `slots` messages of its connection are in flight (None: unbounded); when only such sends are left,
-    the best goes anyway and the compiler's bounded-FIFO check (collsynth.ir.deadlock) decides."""
-    dag = cdag.dag
-    preds, after, send_to = dag.preds, dag.after, dag.send_to
-    n = len(dag.instrs)
-    depth, rdepth = depths(dag)
-    first, succ = _successors(preds, after, send_to)
-    pending = np.bincount(succ, minlength=n).tolist()
-    # The priority (depth, -rdepth, i) as one integer per instr: its rank in that order (keys are unique).
-    by_rank = np.lexsort((np.arange(n), -np.asarray(rdepth, dtype=np.int64), np.asarray(depth, dtype=np.int64)))
-    rank_of = np.empty(n, dtype=np.int64)
-    rank_of[by_rank] = np.arange(n)
-    rank, by_rank_list, starts, targets = rank_of.tolist(), by_rank.tolist(), first.tolist(), succ.tolist()
-    heap = [rank[i] for i in range(n) if pending[i] == 0]
-    heapq.heapify(heap)
-    order: list[int] = []
-    push, pop = heapq.heappush, heapq.heappop
-    send_conn, recv_conn = _connections(cdag)
-    in_flight: dict[Connection, int] = {}
-    parked: dict[Connection, list[int]] = {}  # ready sends of a full connection (priority ranks), a heap each
-    while heap or parked:
-        if heap:
-            i = by_rank_list[pop(heap)]
-            conn = send_conn[i]
-            if slots is not None and conn is not None and in_flight.get(conn, 0) >= slots:
-                push(parked.setdefault(conn, []), rank[i])
-                continue
-        else:  # every ready instr sends on a full connection: no order within the slots exists from here
-            conn = min(parked, key=lambda c: parked[c][0])
-            i = by_rank_list[pop(parked[conn])]
-            if not parked[conn]:
-                del parked[conn]
-        order.append(i)
-        received, sent = recv_conn[i], send_conn[i]
-        if received is not None:
-            in_flight[received] -= 1
-            waiting = parked.get(received)
-            if waiting:  # one slot freed: the best send parked on it gets another look
-                push(heap, pop(waiting))
-                if not waiting:
-                    del parked[received]
-        if sent is not None:
-            in_flight[sent] = in_flight.get(sent, 0) + 1
-        for k in range(starts[i], starts[i + 1]):
-            s = targets[k]
-            pending[s] -= 1
-            if pending[s] == 0:
-                push(heap, rank[s])
-    if len(order) < n:
-        stuck = next(i for i in range(n) if pending[i] > 0)
-        raise CompileError(f"{dag.where(stuck)}internal error: the instruction DAG has a cycle at {dag.instrs[stuck]}")
-    return Schedule(dag, cdag.channels, tuple(order), tuple(depth), tuple(rdepth))
-
-
-def _successors(preds: tuple[tuple[int, ...], ...], after: tuple[tuple[int, ...], ...],
-                 send_to: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """The DAG's edges (dependencies, queue order, send -> receive) as successor lists in CSR form: the
-    successors of instr i are succ[first[i]:first[i + 1]]."""
-    n = len(send_to)
-    heads = [np.fromiter(chain.from_iterable(preds), dtype=np.int64),
-             np.fromiter(chain.from_iterable(after), dtype=np.int64)]
-    tails = [np.repeat(np.arange(n), np.fromiter(map(len, preds), dtype=np.int64, count=n)),
-             np.repeat(np.arange(n), np.fromiter(map(len, after), dtype=np.int64, count=n))]
-    receiver = np.fromiter(send_to, dtype=np.int64, count=n)
-    sending = np.flatnonzero(receiver >= 0)
-    src = np.concatenate([*heads, sending])
-    dst = np.concatenate([*tails, receiver[sending]])
-    by_src = np.argsort(src, kind="stable")
-    first = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(src, minlength=n), out=first[1:])
-    return first, dst[by_src]
-
-
-def _connections(cdag: ChannelledDAG) -> tuple[list[Connection | None], list[Connection | None]]:
-    """Per instr, the connection it sends on and the one it receives from (None where it does not)."""
-    sends: list[Connection | None] = []
-    recvs: list[Connection | None] = []
-    for ins, ch in zip(cdag.dag.instrs, cdag.channels, strict=True):
-        sends.append((ins.rank, ins.send_peer, ch) if ins.kind in SENDING_TYPES else None)
-        recvs.append((ins.recv_peer, ins.rank, ch) if ins.kind in RECEIVING_TYPES else None)
-    return sends, recvs
-
-
 # --- assign_threadblocks -------------------------------------------------------------------------
 
 class _Tb:
@@ -295,14 +202,15 @@ def assign_threadblocks(sched: Schedule, policy: str = "auto", *, pair: bool = T
             ins = instrs[i]
             if ins.tb_hint >= 0:
                 tb_of[i] = _place_user(dag, ranks[ins.rank], i, channels[i])
+    rest = [i for i in sched.order if tb_of[i] < 0] if manual else sched.order  # in schedule order
     # 2. fused pairs: one threadblock per (recv peer, send peer, channel), made before anything else
     #    can take one of its two sides.
-    for i in sched.order:
+    for i in rest:
         ins = instrs[i]
         if tb_of[i] < 0 and ins.kind in FUSED_TYPES:
             tb_of[i] = _place_pair(dag, ranks[ins.rank], i, channels[i])
     # 3. plain sends and receives: the connection's threadblock, else pair with a related one.
-    for i in sched.order:
+    for i in rest:
         ins = instrs[i]
         if tb_of[i] >= 0 or ins.kind in (COPY, REDUCE):
             continue
@@ -326,7 +234,7 @@ def assign_threadblocks(sched: Schedule, policy: str = "auto", *, pair: bool = T
         tb_of[i] = t
         rt.tbs[t].instrs.append(i)
     # 4. local copies and reductions: a hinted channel's threadblock, else the least loaded one.
-    for i in sched.order:
+    for i in rest:
         ins = instrs[i]
         if tb_of[i] >= 0:
             continue
@@ -340,17 +248,28 @@ def assign_threadblocks(sched: Schedule, policy: str = "auto", *, pair: bool = T
                 t = rt.new(-1, -1, channels[i])
         tb_of[i] = t
         rt.tbs[t].instrs.append(i)
-    # Step order: the schedule's order within every threadblock.
-    for rt in ranks:
-        for tb in rt.tbs:
-            tb.instrs.clear()
-    step_of = [0] * n
-    for i in sched.order:
-        tb = ranks[instrs[i].rank].tbs[tb_of[i]]
-        step_of[i] = len(tb.instrs)
-        tb.instrs.append(i)
-    plans = tuple(tuple(TbPlan(tb.send, tb.recv, tb.chan, tuple(tb.instrs)) for tb in rt.tbs) for rt in ranks)
-    return Placement(dag, channels, plans, tuple(tb_of), tuple(step_of))
+    return _in_step_order(sched, ranks, tb_of)
+
+
+def _in_step_order(sched: Schedule, ranks: list[_RankTbs], tb_of: list[int]) -> Placement:
+    """The placement, each threadblock's steps in the schedule's order (a stable sort of the order by
+    threadblock)."""
+    dag = sched.dag
+    n = len(dag.instrs)
+    sizes = np.asarray([len(rt.tbs) for rt in ranks], dtype=np.int64)
+    first_tb = np.concatenate([[0], np.cumsum(sizes)])
+    order = np.asarray(sched.order, dtype=np.int64)
+    rank = np.fromiter(map(attrgetter("rank"), dag.instrs), dtype=np.int64, count=n)
+    tb = first_tb[rank] + np.asarray(tb_of, dtype=np.int64)  # global threadblock of every instr
+    by_tb = order[np.argsort(tb[order], kind="stable")]
+    count = np.bincount(tb, minlength=int(first_tb[-1]))
+    starts = np.concatenate([[0], np.cumsum(count)])
+    step_of = np.empty(n, dtype=np.int64)
+    step_of[by_tb] = np.arange(n) - np.repeat(starts[:-1], count)
+    steps, bounds = by_tb.tolist(), starts.tolist()
+    plans = tuple(tuple(TbPlan(t.send, t.recv, t.chan, tuple(steps[bounds[g]:bounds[g + 1]]))
+                        for g, t in enumerate(rt.tbs, start=int(first_tb[r]))) for r, rt in enumerate(ranks))
+    return Placement(dag, sched.channels, plans, tuple(tb_of), tuple(step_of.tolist()))
 
 
 def _place_user(dag: InstrDAG, rt: _RankTbs, i: int, ch: int) -> int:

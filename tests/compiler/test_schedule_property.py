@@ -1,24 +1,35 @@
-"""Property: `schedule` (CSR successor arrays, a lexsorted integer priority) gives exactly the order of the plain
-list scheduler it replaced (a ready set keyed by (depth, -rdepth, instr)), on the DAGs of random DSL programs
-and of library programs; and that order is topological."""
+"""Property: `schedule` (CSR successor arrays, a scan of the priority order with a heap for the instrs it passed)
+gives exactly the order of the plain list scheduler it replaced (a ready set keyed by (depth, -rdepth, instr),
+sends parked while their connection holds `slots` messages), on the DAGs of random DSL programs and of library
+programs, with 1, 2, 8 and unbounded slots; and that order is topological."""
 
 import heapq
 
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_compiler_property import random_programs
 
 from collsynth.algorithms.registry import library_programs
 from collsynth.compiler import assign_channels, depths, schedule, trace_to_dag
 from collsynth.compiler.merging import fuse_instructions
 from collsynth.compiler.ordering import order_messages
+from collsynth.core.limits import FIFO_SLOTS
+from collsynth.ir import RECEIVING_TYPES, SENDING_TYPES
 from collsynth.topologies import resolve_topology
 
 
-def reference_order(dag):
+def reference_order(dag, channels=None, slots=None):
     """The list scheduler written plainly: an instr is ready when its dependencies, the message queued before
-    it and its sender are done; the ready instr with the least (depth, -rdepth, instr) runs next."""
+    it and its sender are done; the ready instr with the least (depth, -rdepth, instr) runs next. With `slots`,
+    a send whose connection holds that many messages waits (parked) until a receive on it frees one; when only
+    parked sends are left, the best of them goes anyway."""
     n = len(dag.instrs)
+    sends = [(ins.rank, ins.send_peer, channels[i]) if slots and ins.kind in SENDING_TYPES else None
+             for i, ins in enumerate(dag.instrs)]
+    recvs = [(ins.recv_peer, ins.rank, channels[i]) if slots and ins.kind in RECEIVING_TYPES else None
+             for i, ins in enumerate(dag.instrs)]
+    in_flight, parked = {}, {}
     depth, rdepth = depths(dag)
     succs = [[] for _ in range(n)]
     pending = [0] * n
@@ -32,9 +43,30 @@ def reference_order(dag):
     ready = [(depth[i], -rdepth[i], i) for i in range(n) if pending[i] == 0]
     heapq.heapify(ready)
     order = []
-    while ready:
-        i = heapq.heappop(ready)[2]
+    while ready or parked:
+        if ready:
+            key = heapq.heappop(ready)
+            if sends[key[2]] is not None and in_flight.get(sends[key[2]], 0) >= slots:
+                parked.setdefault(sends[key[2]], []).append(key)
+                continue
+        else:
+            conn = min(parked, key=lambda c: min(parked[c]))
+            key = min(parked[conn])
+            parked[conn].remove(key)
+            if not parked[conn]:
+                del parked[conn]
+        i = key[2]
         order.append(i)
+        if recvs[i] is not None:
+            in_flight[recvs[i]] -= 1
+            if parked.get(recvs[i]):
+                best = min(parked[recvs[i]])
+                parked[recvs[i]].remove(best)
+                heapq.heappush(ready, best)
+                if not parked[recvs[i]]:
+                    del parked[recvs[i]]
+        if sends[i] is not None:
+            in_flight[sends[i]] = in_flight.get(sends[i], 0) + 1
         for s in succs[i]:
             pending[s] -= 1
             if pending[s] == 0:
@@ -42,9 +74,10 @@ def reference_order(dag):
     return order
 
 
-def check(dag):
-    order = list(schedule(assign_channels(dag)).order)
-    assert order == reference_order(dag)
+def check(dag, slots=None):
+    channelled = assign_channels(dag)
+    order = list(schedule(channelled, slots).order)
+    assert order == reference_order(dag, channelled.channels, slots)
     position = {i: k for k, i in enumerate(order)}
     for i in range(len(dag.instrs)):
         assert all(position[p] < position[i] for p in (*dag.preds[i], *dag.after[i]))
@@ -53,12 +86,12 @@ def check(dag):
 
 
 @settings(max_examples=60, deadline=None)
-@given(random_programs())
-def test_schedule_matches_the_plain_list_scheduler(case):
+@given(random_programs(), st.sampled_from([None, 1, 2, FIFO_SLOTS]))
+def test_schedule_matches_the_plain_list_scheduler(case, slots):
     program = case[0]
     dag = trace_to_dag(program)
-    check(dag)
-    check(fuse_instructions(order_messages(dag)))
+    check(dag, slots)
+    check(fuse_instructions(order_messages(dag)), slots)
 
 
 @pytest.mark.parametrize("topology, collective", [("ring:8", "allreduce"), ("dgx1", "allgather"),
@@ -67,4 +100,5 @@ def test_schedule_matches_on_library_programs(topology, collective):
     programs = library_programs(resolve_topology(topology), collective)
     assert programs
     for _, program in programs:
-        check(fuse_instructions(order_messages(trace_to_dag(program))))
+        for slots in (None, 1, FIFO_SLOTS):
+            check(fuse_instructions(order_messages(trace_to_dag(program))), slots)

@@ -1,0 +1,142 @@
+"""schedule: all instrs in one global order by critical-path priority, within the connections' FIFO slots (see
+compiler/placement.py for how the order is used)."""
+
+from __future__ import annotations
+
+import heapq
+from itertools import chain
+from operator import attrgetter
+
+import numpy as np
+
+from collsynth.compiler.dag import depths
+from collsynth.compiler.errors import CompileError
+from collsynth.compiler.placement import ChannelledDAG, Schedule
+from collsynth.core.limits import FIFO_SLOTS
+from collsynth.ir import RECEIVING_TYPES, SENDING_TYPES
+
+
+def schedule(cdag: ChannelledDAG, slots: int | None = FIFO_SLOTS) -> Schedule:
+    """List scheduling: an instr is ready when its same-rank predecessors, the message queued before it
+    on its connection and (if it receives) its sender are done; among ready instrs the lowest depth
+    goes first, then the one with the longest path to the end, then program order. A send waits while
+    `slots` messages of its connection are in flight (None: unbounded); when only such sends are left,
+    the best goes anyway and the compiler's bounded-FIFO check (collsynth.ir.deadlock) decides.
+
+    Every edge goes up in that priority (a dependency or send -> receive raises the depth; a queue edge keeps
+    it or raises it, never raises the reverse depth, and points to a later instr), so the best instr left is
+    almost always ready when a scan of the priority order reaches it (see `_list_schedule`)."""
+    dag = cdag.dag
+    preds, after, send_to = dag.preds, dag.after, dag.send_to
+    n = len(dag.instrs)
+    depth, rdepth = depths(dag)
+    first, succ = _successors(preds, after, send_to)
+    # The priority (depth, -rdepth, i) as one integer per instr: its rank in that order (keys are unique).
+    by_rank = np.lexsort((np.arange(n), -np.asarray(rdepth, dtype=np.int64), np.asarray(depth, dtype=np.int64)))
+    rank_of = np.empty(n, dtype=np.int64)
+    rank_of[by_rank] = np.arange(n)
+    send_conn, recv_conn, nconn = _connection_ids(cdag)
+    pending = np.bincount(succ, minlength=n).tolist()
+    order = _list_schedule(by_rank.tolist(), rank_of.tolist(), pending, first.tolist(), succ.tolist(), send_conn,
+                           recv_conn, [n + 1 if slots is None else slots] * nconn)
+    if len(order) < n:
+        stuck = next(i for i in range(n) if pending[i] > 0)
+        raise CompileError(f"{dag.where(stuck)}internal error: the instruction DAG has a cycle at {dag.instrs[stuck]}")
+    return Schedule(dag, cdag.channels, tuple(order), tuple(depth), tuple(rdepth))
+
+
+def _list_schedule(by_rank: list[int], rank: list[int], pending: list[int], starts: list[int], targets: list[int],
+                   send_conn: list[int], recv_conn: list[int], room: list[int]) -> list[int]:
+    """The list schedule of `schedule`. The ready instrs are not all kept in a heap: since every edge goes up in
+    priority, a scan of the priority order meets most of them when they are the best; only an instr the scan
+    passed before it was ready (it waited, or a send parked on a full connection) goes into the heap `behind`,
+    and the best of the scan's next ready instr and the heap's top goes next. `room`: free slots per connection;
+    `pending`: unfinished predecessors per instr (both updated in place)."""
+    n = len(by_rank)
+    passed = [False] * n  # the scan went past it while it waited for a predecessor
+    behind: list[int] = []  # ranks of ready instrs the scan already passed, a heap
+    parked: dict[int, list[int]] = {}  # ready sends of a full connection (priority ranks), a heap each
+    push, pop = heapq.heappush, heapq.heappop
+    order: list[int] = []
+    at = 0  # the scan: every instr of rank >= at that is ready is in no heap
+    while True:
+        forced = False
+        while at < n and pending[by_rank[at]] > 0:
+            passed[by_rank[at]] = True
+            at += 1
+        if behind and (at == n or behind[0] < at):
+            i = by_rank[pop(behind)]
+        elif at < n:
+            i = by_rank[at]
+            at += 1
+        elif parked:  # every ready instr sends on a full connection: no order within the slots exists from here
+            sent = min(parked, key=lambda c: parked[c][0])
+            i = by_rank[pop(parked[sent])]
+            if not parked[sent]:
+                del parked[sent]
+            forced = True
+        else:
+            return order
+        sent = send_conn[i]
+        if sent >= 0 and room[sent] <= 0 and not forced:
+            push(parked.setdefault(sent, []), rank[i])
+            continue
+        order.append(i)
+        received = recv_conn[i]
+        if received >= 0:
+            room[received] += 1
+            waiting = parked.get(received)
+            if waiting:  # one slot freed: the best send parked on it gets another look
+                push(behind, pop(waiting))
+                if not waiting:
+                    del parked[received]
+        if sent >= 0:
+            room[sent] -= 1
+        for k in range(starts[i], starts[i + 1]):
+            s = targets[k]
+            pending[s] -= 1
+            if pending[s] == 0 and passed[s]:
+                push(behind, rank[s])
+
+
+def _successors(preds: tuple[tuple[int, ...], ...], after: tuple[tuple[int, ...], ...],
+                 send_to: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The DAG's edges (dependencies, queue order, send -> receive) as successor lists in CSR form: the
+    successors of instr i are succ[first[i]:first[i + 1]]."""
+    n = len(send_to)
+    heads = [np.fromiter(chain.from_iterable(preds), dtype=np.int64),
+             np.fromiter(chain.from_iterable(after), dtype=np.int64)]
+    tails = [np.repeat(np.arange(n), np.fromiter(map(len, preds), dtype=np.int64, count=n)),
+             np.repeat(np.arange(n), np.fromiter(map(len, after), dtype=np.int64, count=n))]
+    receiver = np.fromiter(send_to, dtype=np.int64, count=n)
+    sending = np.flatnonzero(receiver >= 0)
+    src = np.concatenate([*heads, sending])
+    dst = np.concatenate([*tails, receiver[sending]])
+    by_src = np.argsort(src, kind="stable")
+    first = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=n), out=first[1:])
+    return first, dst[by_src]
+
+
+def _connection_ids(cdag: ChannelledDAG) -> tuple[list[int], list[int], int]:
+    """Per instr, the number of the connection (sender rank, receiver rank, channel) it sends on and of the one
+    it receives from (-1 where it does not), and how many connections there are."""
+    instrs = cdag.dag.instrs
+    n = len(instrs)
+    kinds = list(map(attrgetter("kind"), instrs))
+    codes = {kind: (kind in RECEIVING_TYPES) | 2 * (kind in SENDING_TYPES) for kind in set(kinds)}
+    code = np.fromiter(map(codes.__getitem__, kinds), dtype=np.int8, count=n)
+
+    def column(name: str) -> np.ndarray:
+        return np.fromiter(map(attrgetter(name), instrs), dtype=np.int64, count=n) + 1  # -1 (none) becomes 0
+
+    rank, send_peer, recv_peer = column("rank"), column("send_peer"), column("recv_peer")
+    channel = np.asarray(cdag.channels, dtype=np.int64) + 1
+    ranks, channels = cdag.dag.num_ranks + 1, int(channel.max(initial=0)) + 1
+    sending, receiving = np.flatnonzero(code & 2), np.flatnonzero(code & 1)
+    keys = np.concatenate([(rank[sending] * ranks + send_peer[sending]) * channels + channel[sending],
+                           (recv_peer[receiving] * ranks + rank[receiving]) * channels + channel[receiving]])
+    unique, number = np.unique(keys, return_inverse=True)
+    sends, recvs = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+    sends[sending], recvs[receiving] = number[:sending.size], number[sending.size:]
+    return sends.tolist(), recvs.tolist(), int(unique.size)
