@@ -41,7 +41,7 @@ PROTOCOLS = ("Simple", "LL", "LL128")
 # MSCCL runtime limits (checked by the compiler before anything is emitted) live in collsynth.core.limits.
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one object per step for the collector, not two (1024-rank compiles)
 class Step:
     s: int
     type: str
