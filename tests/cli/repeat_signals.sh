@@ -3,7 +3,7 @@
 # Usage: tests/cli/repeat_signals.sh [N] [LOG]   (from the repository root; default N=50, LOG=signals.log)
 # The cases: tests/cli/test_signals.py (pareto, milp/CBC, greedy, auto, tune, regress --jobs 2; SIGINT and
 # SIGTERM each), the entry's SIGTERM/start-up Ctrl-C tests, the catalog build's signal tests and the worker
-# pool's start-up cases (tests/core/test_signals.py). A failing round's whole output goes to LOG.failures.
+# pool's start-up cases (tests/core/test_signal_pools.py). A failing round's whole output goes to LOG.failures.
 set -u
 rounds=${1:-50}
 log=${2:-signals.log}
@@ -19,7 +19,7 @@ for round in $(seq 1 "$rounds"); do
     "tests/cli/test_entry.py::test_ctrl_c_during_start_up_prints_no_traceback" \
     "tests/cli/test_entry.py::test_sigterm_during_a_pareto_sweep_keeps_the_finished_points" \
     tests/catalog/test_catalog_build_claims.py::test_signals_keep_finished_work_and_leave_nothing_behind \
-    tests/core/test_signals.py \
+    tests/core/test_signal_pools.py \
     > "$round_out" 2>&1
   grep -E "^(PASSED|FAILED|ERROR) " "$round_out" | sed "s/^/round $round: /" >> "$log"
   if grep -qE "^(FAILED|ERROR) " "$round_out"; then
