@@ -19,22 +19,28 @@ from collsynth.core.signals import Terminated, interrupts_held, terminate_as_int
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux signals and /proc")
 
 
+@pytest.fixture(autouse=True)
+def _ctrl_c_raises():
+    """A runner without job control starts us with SIGINT ignored; a terminal's Ctrl-C meets Python's handler."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def test_a_signal_in_the_block_waits_for_its_end() -> None:
     reached_end = False
-    with pytest.raises(KeyboardInterrupt):
-        with interrupts_held():
-            signal.raise_signal(signal.SIGINT)
-            time.sleep(0.01)  # a handler would have run by now
-            reached_end = True
+    with pytest.raises(KeyboardInterrupt), interrupts_held():
+        signal.raise_signal(signal.SIGINT)
+        time.sleep(0.01)  # a handler would have run by now
+        reached_end = True
     assert reached_end
 
 
 def test_a_held_sigterm_goes_to_the_handler_in_place_after_the_block() -> None:
     with terminate_as_interrupt():
-        with pytest.raises(Terminated):
-            with interrupts_held():
-                signal.raise_signal(signal.SIGTERM)
-                assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+        with pytest.raises(Terminated), interrupts_held():
+            signal.raise_signal(signal.SIGTERM)
+            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
         assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == set()  # nothing left blocked
 
 
