@@ -112,3 +112,49 @@ def test_a_finished_schedule_is_kept_when_the_interrupt_comes_during_its_report(
     verify(Algorithm.load(tmp_path / "out.json"))
     assert "interrupted" in (tmp_path / "rep" / "summary.txt").read_text()
     assert not (tmp_path / "rep" / "bound.json").exists()  # the bound was not computed: no file claims one
+
+
+SUITE = 'sizes = ["1KB", "1MB"]\n[[targets]]\ntopology = "ring:4"\ncollectives = ["allgather", "reducescatter"]\n'
+
+
+@pytest.mark.parametrize("kind", INTERRUPTS)
+def test_regress_reports_the_cases_finished_marked_interrupted(cli_runner, monkeypatch, tmp_path, kind) -> None:
+    from collsynth.catalog import pipeline
+
+    real, calls = pipeline.run_item, []
+
+    def second_item_interrupted(item):
+        calls.append(item.key)
+        if len(calls) == 2:
+            raise kind("signal")
+        return real(item)
+
+    monkeypatch.setattr(pipeline, "run_item", second_item_interrupted)
+    (tmp_path / "suite.toml").write_text(SUITE)
+    result = cli_runner.invoke(main, ["regress", "--suite", str(tmp_path / "suite.toml"), "--report",
+                                      str(tmp_path / "rep"), "--update-baseline", "--baseline",
+                                      str(tmp_path / "base.json")])
+    _interrupted(result)
+    assert "INTERRUPTED: 1 of 2 items finished" in result.output
+    assert not (tmp_path / "base.json").exists()  # a baseline is recorded only from a whole run
+    report = json.loads((tmp_path / "rep" / "results.json").read_text())
+    assert report["interrupted"] == "1 of 2 items finished" and report["passed"] is False
+    assert report["entries"] and {e["key"].split("/")[1] for e in report["entries"]} == {"allgather"}
+    assert all(e["passed"] for e in report["entries"]) and not report["shapes"]
+    assert "INTERRUPTED (1 of 2 items finished" in (tmp_path / "rep" / "report.md").read_text()
+    for plot in (tmp_path / "rep" / "plots").iterdir():  # the report links only plots that exist
+        assert plot.stat().st_size > 0
+
+
+def test_an_interrupted_regress_does_not_count_unfinished_cases_as_lost(tmp_path) -> None:
+    from collsynth.catalog import load_plan
+    from collsynth.regress import Baseline, BaselineEntry, evaluate
+
+    (tmp_path / "suite.toml").write_text(SUITE)
+    plan = load_plan(tmp_path / "suite.toml")
+    baseline = Baseline("float32", {"ring:4/reducescatter/ring/Simple": BaselineEntry(frozenset({plan.name}),
+                                                                                      {1024: 1.0})})
+    complete = evaluate(plan, [], [], baseline)
+    partial = evaluate(plan, [], [], baseline, interrupted="0 of 2 items finished")
+    assert [f.key for f in complete.regressions] == ["ring:4/reducescatter/ring/Simple"]
+    assert partial.regressions == [] and not partial.passed
