@@ -74,8 +74,8 @@ def interrupts_held() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a SIGINT held by the mask reaches `hold` here
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        for held, handler in previous.items():
+            signal.signal(held, handler)
         for signum in dict.fromkeys(arrived):
             signal.raise_signal(signum)  # now acted on as usual (a KeyboardInterrupt, an exit, or nothing)
 
