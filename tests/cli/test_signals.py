@@ -151,3 +151,6 @@ def test_regress_in_parallel_leaves_no_worker_and_keeps_the_finished_items(tmp_p
     with sqlite3.connect(tmp_path / "cat.db") as db:  # the item recorded before the signal stays, unclaimed
         assert db.execute("SELECT COUNT(*) FROM items").fetchone()[0] >= 1
         assert db.execute("SELECT COUNT(*) FROM claims").fetchone()[0] == 0
+    # the report judges the items finished, marked interrupted
+    assert "INTERRUPTED (" in (tmp_path / "rep" / "report.md").read_text()
+    assert json.loads((tmp_path / "rep" / "results.json").read_text())["entries"]
