@@ -84,24 +84,24 @@ def milp(topology: str, collective: str, sketch_path: str, size: str, solver: st
     sketch = load_sketch(sketch_path)
     topo, note = _load_topology(topology, sketch, taccl_costs)
     nbytes = parse_size(size)
-    if note:
-        click.echo(f"note: {note}")
     try:
         result = synthesize_milp(topo, collective, sketch, nbytes, solver=solver, time_limit=time_limit,
                                  gap=mip_gap, root=root)
     except MilpInterrupted as stop:  # Ctrl-C or SIGTERM: the best verified schedule so far is written, then exit 130
         with interrupts_held():
-            _emit(stop.result, output, report_dir, timeline)
+            _emit(stop.result, note, output, report_dir, timeline)
             click.echo("interrupted: kept the best verified schedule found so far", err=True)
         raise
-    _emit(result, output, report_dir, timeline)
+    _emit(result, note, output, report_dir, timeline)
 
 
-def _emit(result: MilpResult, output: str | None, report_dir: str | None, timeline: bool) -> None:
-    """Print the summary (and timeline); write the algorithm JSON and the report where asked."""
+def _emit(result: MilpResult, note: str, output: str | None, report_dir: str | None, timeline: bool) -> None:
+    """Print the note and the summary (and timeline); write the algorithm JSON and the report where asked."""
     from collsynth.synth.milp import write_report
     from collsynth.synth.timeline import timeline_text
 
+    if note:
+        click.echo(f"note: {note}")
     click.echo(result.summary())
     if timeline:
         click.echo(timeline_text(result.best))
