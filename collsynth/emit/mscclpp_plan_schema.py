@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from collsynth.core.schema import Strict
-from collsynth.emit.mscclpp_schema import (
+from collsynth.emit.mscclpp_limits import (
     MAX_BARRIERS,
     MAX_CHANNELS_PER_OP,
     MAX_OPERATIONS_PER_TB,

@@ -37,16 +37,18 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from collsynth.core.errors import CollsynthError
+from collsynth.emit.mscclpp_limits import (  # re-exported: the emitter and its tests import them from here
+    MAX_BARRIERS,
+    MAX_CHANNELS_PER_OP,
+    MAX_CHANNELS_PER_TB,
+    MAX_OPERATIONS_PER_TB,
+    MAX_SEMAPHORES,
+    MSCCLPP_VERSION,
+)
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
-MSCCLPP_VERSION = "0.9.x"
-MAX_OPERATIONS_PER_TB = 64  # MAX_OPERATION
-MAX_CHANNELS_PER_TB = 16  # MAX_CHANNEL (per channel type)
-MAX_CHANNELS_PER_OP = 8  # MAX_CHANNEL_PER_OPERATION
-MAX_SEMAPHORES = 16  # MAX_DEVICE_SEMAPHORES
-MAX_BARRIERS = 16  # MAX_DEVICE_SYNCERS (barrier_id indexes the device syncers)
 # Accepted by the executor but refused here, each with why: collsynth's plan interpreter runs whole chunks,
 # and these two slice a chunk by bytes (so what they do depends on the message size).
 REFUSED_OPS = {"pipeline": "a pipeline op loops its inner ops over byte-sized units of a chunk (iter_context); "
