@@ -335,10 +335,10 @@ def _run_parallel(pending: Sequence[WorkItem], jobs: int, claim: Callable[[WorkI
                     item, _ = running.pop(future)
                     record(item, timed_out(item, timeout_s))
                 executor = restart_pool()
+        executor.shutdown(wait=True)
     except BaseException:
-        stop_pool(executor)
+        stop_pool(executor)  # workers still starting included: none outlives the build (core.signals)
         raise
-    executor.shutdown(wait=True)
 
 
 def resimulate_missing(catalog: Catalog, items: Sequence[WorkItem],

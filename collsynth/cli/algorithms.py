@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from collsynth.algorithms import LIBRARY, AlgorithmError, library_entry
-from collsynth.cli.params import CHUNKS_OPTION, PROGRAM_RANKS_OPTION, CappedInt
+from collsynth.cli.params import CHUNKS_OPTION, PROGRAM_RANKS_OPTION, CappedInt, OutputPath
 from collsynth.topologies.model import Topology
 
 # Options of `show` that map to builder parameters, by parameter name.
@@ -78,7 +78,7 @@ def _topology(spec: str | None, ranks: int | None, nodes: int | None) -> Topolog
               help="instances (compiler replication)")
 @click.option("--protocol", type=click.Choice(["Simple", "LL", "LL128"]), default="Simple", show_default=True)
 @click.option("--inplace", is_flag=True, help="the in-place variant of the collective")
-@click.option("-o", "--output", "output", type=click.Path(dir_okay=False), default=None,
+@click.option("-o", "--output", "output", type=OutputPath(dir_okay=False), default=None,
               help="write the MSCCL-IR XML here (default: print it)")
 @click.option("--check", "check_size", default=None,
               help="also run the CPU interpreter on this many bytes per rank (e.g. 1MB) and print the verdict")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from collsynth.cli.params import OutputPath
 from collsynth.core.units import format_size, parse_size
 
 if TYPE_CHECKING:
@@ -223,9 +224,9 @@ def best(topology_spec: str, collective: str, size: str, db_path: Path, dtype: s
 
 @catalog.command("export")
 @_db_option
-@click.option("--msccl", "directory", default=None, type=click.Path(file_okay=False, path_type=Path),
+@click.option("--msccl", "directory", default=None, type=OutputPath(file_okay=False, path_type=Path),
               help="write the MSCCL/RCCL algorithm directories, loader configs and report here")
-@click.option("--mscclpp", "mscclpp_dir", default=None, type=click.Path(file_okay=False, path_type=Path),
+@click.option("--mscclpp", "mscclpp_dir", default=None, type=OutputPath(file_okay=False, path_type=Path),
               help="write, per -t topology, the MSCCL++ plans (catalog entries lowered, library plans) that win "
                    "each size range")
 @click.option("-t", "--topology", "topologies", multiple=True, help="only these topologies (repeatable)")

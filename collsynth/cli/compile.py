@@ -20,6 +20,7 @@ from typing import Any
 
 import click
 
+from collsynth.cli.params import OutputPath
 from collsynth.collectives import Collective
 from collsynth.compiler import CompileError, compile_program, instance_collective
 from collsynth.compiler.split import target_violation
@@ -85,7 +86,7 @@ def pick(captured: list[Any], path: str, name: str | None) -> Algo | Program:
 @click.command("compile", context_settings={"ignore_unknown_options": True})
 @click.argument("program", type=click.Path(dir_okay=False))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+@click.option("-o", "--output", type=OutputPath(dir_okay=False), default=None,
               help="write the MSCCL-IR XML here (default: print it)")
 @click.option("--name", default=None, help="which program to write when the file builds several")
 @click.option("--verify/--no-verify", default=True, show_default=True,

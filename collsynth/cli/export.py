@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from collsynth.cli.params import OutputPath
 from collsynth.core.units import format_size, parse_size
 
 
@@ -16,7 +17,7 @@ def export() -> None:
 
 @export.command("chakra")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+@click.option("-o", "--out", "out_dir", required=True, type=OutputPath(file_okay=False, path_type=Path),
               help="directory for the per-rank .et files (created if missing)")
 @click.option("--prefix", default=None, help="file name stem: <prefix>.<rank>.et (default: the XML file's stem)")
 @click.option("--size", "size", default="1MB", show_default=True,
@@ -36,7 +37,7 @@ def chakra(file: Path, out_dir: Path, prefix: str | None, size: str) -> None:
 
 @export.command("mscclpp")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("-o", "--out", "out_file", required=True, type=click.Path(dir_okay=False, path_type=Path),
+@click.option("-o", "--out", "out_file", required=True, type=OutputPath(dir_okay=False, path_type=Path),
               help="the execution plan to write (JSON)")
 @click.option("-t", "--topology", "topology_spec", default=None,
               help="topology of the ranks (multi-node: port channels across nodes); default: one node")

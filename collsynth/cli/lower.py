@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from collsynth.cli.params import OutputPath
 from collsynth.core.files import write_atomic
 from collsynth.core.targets import DEFAULT_TARGET, XML_TARGETS, get_target
 from collsynth.schedule import Algorithm, verify
@@ -21,8 +22,8 @@ def checkable_size(nbytes: int, ir, itemsize: int = 4) -> int:
 
 @click.command()
 @click.argument("algorithm", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the DSL program (Python) here.")
-@click.option("--xml", "xml_path", type=click.Path(dir_okay=False), help="Compile and write MSCCL-IR XML here.")
+@click.option("-o", "--output", type=OutputPath(dir_okay=False), help="Write the DSL program (Python) here.")
+@click.option("--xml", "xml_path", type=OutputPath(dir_okay=False), help="Compile and write MSCCL-IR XML here.")
 @click.option("--instances", default=1, show_default=True, type=click.IntRange(1, 32))
 @click.option("--protocol", default="Simple", show_default=True, type=click.Choice(["Simple", "LL", "LL128"]))
 @click.option("--size", default="1MB", show_default=True, help="Buffer size the interpreter checks the XML with.")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -12,6 +13,9 @@ from collsynth.core.files import read_json_file, write_atomic
 from collsynth.core.units import parse_size
 from collsynth.encodings.sketch import Sketch, load_sketch
 from collsynth.topologies import Topology, TopologyError, resolve_topology
+
+if TYPE_CHECKING:
+    from collsynth.synth.milp import MilpResult
 
 
 class MilpCliError(CollsynthError):
@@ -72,16 +76,30 @@ def milp(topology: str, collective: str, sketch_path: str, size: str, solver: st
     TOPOLOGY is a built-in (ndv2, 2xdgx2, ...) or a JSON file (ours or a TACCL profile); a one-node
     topology is expanded to the sketch's number of nodes. Prints the stages (model sizes, solver
     times, status, gap) and the predicted time in microseconds."""
-    from collsynth.synth.milp import synthesize_milp, write_report
-    from collsynth.synth.timeline import timeline_text
+    from collsynth.core.signals import interrupts_held
+    from collsynth.synth.milp import MilpInterrupted, synthesize_milp
 
     if mip_gap < 0:
         raise MilpCliError(f"--gap must be >= 0, got {mip_gap}")
     sketch = load_sketch(sketch_path)
     topo, note = _load_topology(topology, sketch, taccl_costs)
     nbytes = parse_size(size)
-    result = synthesize_milp(topo, collective, sketch, nbytes, solver=solver, time_limit=time_limit, gap=mip_gap,
-                             root=root)
+    try:
+        result = synthesize_milp(topo, collective, sketch, nbytes, solver=solver, time_limit=time_limit,
+                                 gap=mip_gap, root=root)
+    except MilpInterrupted as stop:  # Ctrl-C or SIGTERM: the best verified schedule so far is written, then exit 130
+        with interrupts_held():
+            _emit(stop.result, note, output, report_dir, timeline)
+            click.echo("interrupted: kept the best verified schedule found so far", err=True)
+        raise
+    _emit(result, note, output, report_dir, timeline)
+
+
+def _emit(result: MilpResult, note: str, output: str | None, report_dir: str | None, timeline: bool) -> None:
+    """Print the note and the summary (and timeline); write the algorithm JSON and the report where asked."""
+    from collsynth.synth.milp import write_report
+    from collsynth.synth.timeline import timeline_text
+
     if note:
         click.echo(f"note: {note}")
     click.echo(result.summary())

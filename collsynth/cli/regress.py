@@ -32,8 +32,10 @@ def regress(quick: bool, suite_path: Path | None, report_dir: Path | None, jobs:
     or slower than the baseline beyond the tolerance), 0 otherwise."""
     from collsynth.catalog import load_plan
     from collsynth.core.errors import CollsynthError
+    from collsynth.core.signals import interrupts_held
     from collsynth.regress import (
         BASELINE_PATH,
+        RegressInterrupted,
         load_baseline,
         load_suite,
         save_baseline,
@@ -52,7 +54,15 @@ def regress(quick: bool, suite_path: Path | None, report_dir: Path | None, jobs:
                              "--update-baseline to create it from this run")
     baseline = load_baseline(path)
     plan = load_plan(suite_path) if suite_path is not None else load_suite(quick)
-    result = run(plan, baseline, tolerance=tolerance, jobs=jobs, db_path=db_path)
+    try:
+        result = run(plan, baseline, tolerance=tolerance, jobs=jobs, db_path=db_path)
+    except RegressInterrupted as stop:  # the cases finished are reported (marked interrupted); no baseline
+        with interrupts_held():
+            click.echo(summary_text(stop.result))
+            if report_dir is not None:
+                write_report(stop.result, report_dir)
+                click.echo(f"report: {report_dir / 'report.md'}")
+        raise
     click.echo(summary_text(result))
     if report_dir is not None:
         write_report(result, report_dir)

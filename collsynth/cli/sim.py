@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from collsynth.cli.params import OutputPath
 from collsynth.core.units import parse_size
 from collsynth.sim import SimModel, SimResult, simulate, size_sweep
 from collsynth.sim.nccl import SimError, dtype_info
@@ -40,7 +41,7 @@ def parse_sizes(text: str) -> list[int]:
               help="LO:HI doubling like nccl-tests -b/-e, LO:HI:FACTOR, or a comma list of sizes")
 @click.option("-d", "--dtype", default="float32", show_default=True,
               help="element type for the count column: float32, float16/half, bfloat16, float64, int8, int32, ...")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--plot", "plot_path", type=OutputPath(dir_okay=False, path_type=Path),
               help="also draw busbw vs size for all FILES into this .png/.svg/.pdf")
 @click.option("--json", "as_json", is_flag=True, help="print the results as JSON instead of tables")
 @click.option("--tile", "tile", default=None, help="bytes per MSCCL loop tile (default: by the IR's protocol)")

@@ -64,24 +64,48 @@ def _finish(result: SynthesisResult, topo: Topology, coll: Any, size: int, outpu
     assert algorithm is not None
     from collsynth.synth.cluster.auto import model_us
 
-    bound = cut_bound_us(topo, coll, size)
     makespan = model_us(algorithm, size)
-    lines = [f"{result.synthesizer}: {coll.name} on {topo.name} ({topo.num_ranks} ranks), size {size} B",
-             f"  steps {algorithm.num_steps}, sends {sum(len(s.sends) for s in algorithm.steps)}, "
-             f"synthesized in {result.seconds:.2f} s",
+    head = [f"{result.synthesizer}: {coll.name} on {topo.name} ({topo.num_ranks} ranks), size {size} B",
+            f"  steps {algorithm.num_steps}, sends {sum(len(s.sends) for s in algorithm.steps)}, "
+            f"synthesized in {result.seconds:.2f} s"]
+    try:
+        bound = cut_bound_us(topo, coll, size)
+    except KeyboardInterrupt:  # the schedule is finished and verified: keep it (without the bound), exit 130
+        _keep_interrupted(algorithm, [*head, f"  model time {makespan:.1f} us"], output, report_dir)
+        raise
+    lines = [*head,
              f"  model time {makespan:.1f} us; cut bound {bound}; ratio {makespan / bound.time_us:.3f}"
              if bound.time_us > 0 else f"  model time {makespan:.1f} us",
              *(f"  {stage}" for stage in result.stages)]
     click.echo("\n".join(lines))
+    _write(algorithm, lines, {"time_us": bound.time_us, "kind": bound.kind, "ranks": list(bound.ranks),
+                              "model_time_us": makespan}, output, report_dir)
+
+
+def _write(algorithm: Algorithm, lines: list[str], bound: dict[str, Any] | None, output: str | None,
+           report_dir: str | None) -> None:
+    """-o: the algorithm JSON; --report: algorithm.json, bound.json (when the bound is known), summary.txt."""
     if output:
         write_atomic(Path(output), algorithm.to_json())
     if report_dir:
         folder = Path(report_dir)
         folder.mkdir(parents=True, exist_ok=True)
         write_atomic(folder / "algorithm.json", algorithm.to_json())
-        write_atomic(folder / "bound.json", json.dumps({"time_us": bound.time_us, "kind": bound.kind,
-                                                       "ranks": list(bound.ranks), "model_time_us": makespan}))
+        if bound is not None:
+            write_atomic(folder / "bound.json", json.dumps(bound))
         write_atomic(folder / "summary.txt", "\n".join(lines) + "\n")
+
+
+def _keep_interrupted(algorithm: Algorithm, lines: list[str], output: str | None, report_dir: str | None) -> None:
+    """Ctrl-C or SIGTERM with a verified schedule in hand: write it (summary marked interrupted, no bound.json),
+    with further signals held until the files are complete."""
+    from collsynth.core.signals import interrupts_held
+
+    lines = [*lines, "  interrupted: this is the best verified schedule found so far (cut bound not computed)"]
+    with interrupts_held():
+        click.echo("\n".join(lines))
+        _write(algorithm, lines, None, output, report_dir)
+        click.echo("interrupted: kept the best verified schedule found so far", err=True)
 
 
 @click.command("greedy")
@@ -108,13 +132,23 @@ def auto_command(topology: str, collective: str, size: str, chunks: int, root: i
     nbytes = parse_size(size)
     topo, coll = _instance(topology, collective, chunks, root, link_gbps, link_alpha_us)
 
+    best: list[tuple[str, Algorithm, float]] = []  # the best schedule found so far (anytime)
+
     def found(label: str, algorithm: Algorithm, time_us: float) -> None:  # anytime: print and save as found
         click.echo(f"found: {label}: model time {time_us:.1f} us")
+        best[:] = [(label, algorithm, time_us)]
         if output:
             write_atomic(Path(output), algorithm.to_json())
 
-    _finish(auto(topo, coll, nbytes, time_limit=time_limit, seed=seed, on_found=found), topo, coll, nbytes, output,
-            report_dir)
+    try:
+        result = auto(topo, coll, nbytes, time_limit=time_limit, seed=seed, on_found=found)
+    except KeyboardInterrupt:
+        if best:
+            label, algorithm, time_us = best[0]
+            _keep_interrupted(algorithm, [f"auto: {coll.name} on {topo.name} ({topo.num_ranks} ranks), size {nbytes} B",
+                                          f"  best so far: {label}; model time {time_us:.1f} us"], output, report_dir)
+        raise
+    _finish(result, topo, coll, nbytes, output, report_dir)
 
 
 @click.command("trees")

@@ -9,6 +9,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from collsynth.cli.params import OutputPath
 from collsynth.topologies import (
     BUILTIN_TOPOLOGIES,
     LINK_CLASSES,
@@ -130,7 +131,7 @@ def _ranges(ranks: list[int]) -> str:
 @topo.command("draw", help="Draw NAME: GPUs grouped by node, links coloured by kind and as wide as their "
                              "bandwidth, switches and NICs as squares. NAME is " + NAME_HELP + ".")
 @click.argument("name")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+@click.option("-o", "--output", required=True, type=OutputPath(dir_okay=False),
               help="picture to write: .png, .svg or .pdf")
 def draw_command(name: str, output: str) -> None:
     from collsynth.core.caps import DRAW_RANKS

@@ -1,14 +1,33 @@
-"""SIGTERM handled like Ctrl-C: `terminate_as_interrupt()` makes a SIGTERM raise KeyboardInterrupt in the main
-thread, so every command's Ctrl-C path (keep finished work, write what is done, exit 130) also runs when a
-scheduler or `kill` stops it. The previous handler comes back when the block ends."""
+"""Signals: SIGTERM handled like Ctrl-C, and worker pools that a signal cannot catch half-started.
+
+`terminate_as_interrupt()` makes a SIGTERM raise KeyboardInterrupt in the main thread, so every command's Ctrl-C
+path (keep finished work, write what is done, exit 130) also runs when a scheduler or `kill` stops it. The
+previous handler comes back when the block ends.
+
+Spawned workers are the other hazard. A spawned worker reads its start-up data from a pipe its parent writes
+after starting it, then opens the pool's semaphores by name. A parent interrupted between the two closes the pipe
+(the worker prints an EOFError traceback); a parent that exits while a worker is still starting removes the
+semaphores under it (FileNotFoundError). And a Ctrl-C, which a terminal sends to the whole process group,
+reaches a worker before its initializer could ignore it (a KeyboardInterrupt traceback). `SafeStartPool`
+closes all three: while it starts a worker (inside `submit`) SIGINT and SIGTERM wait (`interrupts_held`), so a
+worker is always started whole; each worker begins with SIGINT blocked (inherited), ignores it in its first
+act and only then unblocks it; and `stop_pool` ends workers that may still be starting with SIGTERM (left at
+its default, so they die quietly) and SIGKILL after that, before the parent can remove anything.
+"""
 
 from __future__ import annotations
 
+import functools
+import multiprocessing
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
+
+HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class Terminated(KeyboardInterrupt):
@@ -31,3 +50,70 @@ def terminate_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Within the block SIGINT and SIGTERM wait: one that arrives is acted on when the block ends, by the handler
+    in place then. Processes started in the block begin with SIGINT blocked (the signal mask is inherited), so a
+    Ctrl-C to the process group waits until they unblock it (`_start_worker`). Keep the block short. Outside the
+    main thread the block runs unchanged."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        arrived.append(signum)
+
+    # Python runs handlers in the main thread whichever thread the kernel picked, so swapping the handlers holds
+    # the signal for the whole process; the mask only matters for what children inherit.
+    previous = {signum: signal.signal(signum, hold) for signum in HELD_SIGNALS}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a SIGINT held by the mask reaches `hold` here
+        for held, handler in previous.items():
+            signal.signal(held, handler)
+        for signum in dict.fromkeys(arrived):
+            signal.raise_signal(signum)  # now acted on as usual (a KeyboardInterrupt, an exit, or nothing)
+
+
+def _start_worker(initializer: Callable[[], None] | None) -> None:
+    """A pool worker's first act: ignore Ctrl-C (the parent decides), run `initializer`, then unblock SIGINT
+    (a Ctrl-C that arrived during start-up is dropped with it)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if initializer is not None:
+        initializer()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+class SafeStartPool(ProcessPoolExecutor):
+    """A pool of spawned workers that ignore Ctrl-C and that no signal catches half-started (module docstring).
+    Workers are started only inside `submit` (spawned pools start them on demand), so holding signals there
+    covers every start."""
+
+    def __init__(self, workers: int, initializer: Callable[[], None] | None = None) -> None:
+        super().__init__(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                         initializer=functools.partial(_start_worker, initializer))
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        with interrupts_held():
+            return super().submit(fn, *args, **kwargs)
+
+
+def stop_pool(pool: ProcessPoolExecutor, grace_s: float = 5.0) -> None:
+    """Cancel queued work and end the workers now (a solver call may otherwise run to its time limit): SIGTERM,
+    then SIGKILL for any still alive after `grace_s`, so none outlives this call (a worker still starting
+    would otherwise find the pool's semaphores gone when the parent exits)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())  # no public API for this before 3.14
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(timeout=grace_s)
+        if process.is_alive():
+            process.kill()
+            process.join(timeout=grace_s)

@@ -21,6 +21,7 @@ from collsynth.regress.suite import (
     CaseEntry,
     Finding,
     Matchup,
+    RegressInterrupted,
     RegressResult,
     ShapeCheck,
     compare_with_baseline,
@@ -35,8 +36,8 @@ from collsynth.regress.suite import (
 
 __all__ = [
     "BASELINE_PATH", "DEFAULT_TOLERANCE", "EXPECTED_SHAPES", "Baseline", "BaselineEntry", "BaselineError", "CaseEntry",
-    "Finding", "MODEL_GATE", "Matchup", "ModelCheck", "RegressResult", "ShapeCheck", "compare_with_baseline",
-    "entry_key", "evaluate",
+    "Finding", "MODEL_GATE", "Matchup", "ModelCheck", "RegressInterrupted", "RegressResult", "ShapeCheck",
+    "compare_with_baseline", "entry_key", "evaluate",
     "load_baseline", "load_suite", "matchups", "model_checks", "regress", "run_suite", "save_baseline", "shape_checks",
     "summary_text", "updated_baseline", "write_report",
 ]

@@ -36,7 +36,8 @@ def summary_text(result: RegressResult) -> str:
                      f"{format_size(best.size_bytes)} ({best.synthesized} vs {best.handwritten})")
     for model_check in result.model:
         lines.append(f"  model {'ok  ' if model_check.passed else 'FAIL'} {model_check}")
-    lines.append("PASS" if result.passed else f"FAIL: {len(result.regressions)} regressions, "
+    lines.append(f"INTERRUPTED: {result.interrupted}; judged on those only, no verdict" if result.interrupted
+                 else "PASS" if result.passed else f"FAIL: {len(result.regressions)} regressions, "
                  f"{sum(not c.passed for c in result.shapes)} failed shape checks, "
                  f"{sum(not c.passed for c in result.model)} frontier points over {MODEL_GATE:.2f}x their model")
     return "\n".join(lines)
@@ -61,7 +62,7 @@ def write_report(result: RegressResult, directory: str | os.PathLike[str]) -> li
 
 def _markdown(result: RegressResult, plots: dict[str, Path], root: Path) -> str:
     lines = [f"# Regression report: suite `{result.suite}`", "",
-             f"**{'PASS' if result.passed else 'FAIL'}** — {len(result.entries)} entries, "
+             f"**{_verdict(result)}** — {len(result.entries)} entries, "
              f"{len(result.regressions)} regressions, tolerance {100 * result.tolerance:g} %, {result.seconds:.1f} s. "
              "Times are the alpha-beta simulator's predictions; every entry was checked on the CPU reference "
              "interpreter first.", ""]
@@ -111,6 +112,12 @@ def _markdown(result: RegressResult, plots: dict[str, Path], root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _verdict(result: RegressResult) -> str:
+    if result.interrupted:
+        return f"INTERRUPTED ({result.interrupted}; judged on those only, no verdict)"
+    return "PASS" if result.passed else "FAIL"
+
+
 def _plot(case: str, members: list[CaseEntry], path: Path, dtype: str) -> Path:
     from collsynth.sim import SimResult, SimRow
     from collsynth.sim.plot import plot_busbw
@@ -128,7 +135,8 @@ def _plot(case: str, members: list[CaseEntry], path: Path, dtype: str) -> Path:
 
 def _as_json(result: RegressResult) -> dict:  # type: ignore[type-arg]
     return {
-        "suite": result.suite, "passed": result.passed, "dtype": result.dtype, "tolerance": result.tolerance,
+        "suite": result.suite, "passed": result.passed, "interrupted": result.interrupted or None,
+        "dtype": result.dtype, "tolerance": result.tolerance,
         "seconds": result.seconds,
         "findings": [{"severity": f.severity, "entry": f.key, "message": f.message} for f in result.findings],
         "shapes": [{"case": c.case, "claim": c.claim, "passed": c.passed, "detail": c.detail} for c in result.shapes],

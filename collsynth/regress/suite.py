@@ -93,6 +93,7 @@ class RegressResult:
     shapes: tuple[ShapeCheck, ...]
     seconds: float
     model: tuple[ModelCheck, ...] = ()  # the model gate (model_gate.py)
+    interrupted: str = ""  # a run stopped by Ctrl-C/SIGTERM: how far it got (it judges only the items finished)
 
     @property
     def regressions(self) -> list[Finding]:
@@ -100,7 +101,7 @@ class RegressResult:
 
     @property
     def passed(self) -> bool:
-        return (not self.regressions and all(check.passed for check in self.shapes)
+        return (not self.interrupted and not self.regressions and all(check.passed for check in self.shapes)
                 and all(check.passed for check in self.model))
 
     @property
@@ -112,6 +113,22 @@ class RegressResult:
     def times(self) -> dict[str, dict[int, float]]:
         """Entry key -> size -> us, for the baseline (verified entries only)."""
         return {e.key: dict(e.times_us) for e in self.entries if e.passed}
+
+
+class SuiteInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped the suite: the entries and failed items of the items finished before it."""
+
+    def __init__(self, entries: list[CaseEntry], failed: list[tuple[str, str]], finished: int, total: int) -> None:
+        super().__init__("interrupted")
+        self.entries, self.failed, self.finished, self.total = entries, failed, finished, total
+
+
+class RegressInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped the run: `result` judges the items finished (`RegressResult.interrupted`)."""
+
+    def __init__(self, result: RegressResult) -> None:
+        super().__init__("interrupted")
+        self.result = result
 
 
 def load_suite(quick: bool) -> Plan:
@@ -135,15 +152,23 @@ def run_suite(plan: Plan, *, jobs: int = 1, db_path: str | Path | None = None,
     with tempfile.TemporaryDirectory(prefix="collsynth-regress-") as scratch:
         path = Path(db_path) if db_path is not None else Path(scratch) / "regress.sqlite"
         with Catalog(path, create=True) as catalog:
-            run_items(catalog, items, jobs=jobs, on_event=on_event, item_timeout_s=plan.item_timeout_s)
             keys = {item.key for item in items}
-            from collsynth.sim import dtype_info
+            try:
+                run_items(catalog, items, jobs=jobs, on_event=on_event, item_timeout_s=plan.item_timeout_s)
+            except KeyboardInterrupt as stop:  # the items recorded before it are judged; the rest are not
+                entries, failed = _recorded(catalog, keys, plan.dtype)
+                raise SuiteInterrupted(entries, failed, len(catalog.finished_keys() & keys), len(keys)) from stop
+            return _recorded(catalog, keys, plan.dtype)
 
-            type_name = dtype_info(plan.dtype)[0]
-            entries = [_case_entry(catalog, row, type_name) for row in catalog.entries() if row.item_key in keys]
-            failed = [(item.label, item.message) for item in catalog.items()
-                      if item.key in keys and item.status == "failed"]
-    entries.sort(key=lambda e: e.key)
+
+def _recorded(catalog: Catalog, keys: set[str], dtype: str) -> tuple[list[CaseEntry], list[tuple[str, str]]]:
+    """The entries (sorted by key) and the failed items that `catalog` holds of the items `keys`."""
+    from collsynth.sim import dtype_info
+
+    type_name = dtype_info(dtype)[0]
+    entries = sorted((_case_entry(catalog, row, type_name) for row in catalog.entries() if row.item_key in keys),
+                     key=lambda e: e.key)
+    failed = [(item.label, item.message) for item in catalog.items() if item.key in keys and item.status == "failed"]
     return entries, failed
 
 
@@ -166,9 +191,10 @@ def _tuned(provenance: Mapping[str, object]) -> dict[int, float]:
 
 
 def compare_with_baseline(entries: Sequence[CaseEntry], failed_items: Sequence[tuple[str, str]], baseline: Baseline,
-                          suite: str, tolerance: float) -> list[Finding]:
+                          suite: str, tolerance: float, complete: bool = True) -> list[Finding]:
     """Regressions (wrong results, slower than the baseline, lost entries, failed items), improvements
-    and entries new to the baseline."""
+    and entries new to the baseline. Lost entries only for a `complete` run (an interrupted one did not try
+    them all)."""
     findings = []
     for label, message in failed_items:
         findings.append(Finding(REGRESSION, label, f"failed: {message}"))
@@ -203,7 +229,7 @@ def compare_with_baseline(entries: Sequence[CaseEntry], failed_items: Sequence[t
             findings.append(Finding(IMPROVEMENT, entry.key, f"faster at {len(faster)} sizes; best {_size(size)}: "
                                                             f"{before:.2f} -> {now:.2f} us "
                                                             f"({100 * (ratio - 1):.1f} %)"))
-    for key in sorted(set(stored) - seen):
+    for key in sorted(set(stored) - seen) if complete else ():
         findings.append(Finding(REGRESSION, key, "in the baseline but not produced any more (lost frontier point, "
                                                  "program that no longer builds, or a time-out)"))
     return findings
@@ -270,16 +296,19 @@ def shape_checks(entries: Sequence[CaseEntry], expected: Sequence[tuple[str, str
 
 def evaluate(plan: Plan, entries: Sequence[CaseEntry], failed_items: Sequence[tuple[str, str]], baseline: Baseline,
              *, tolerance: float = DEFAULT_TOLERANCE, seconds: float = 0.0,
-             expected: Sequence[tuple[str, str]] = EXPECTED_SHAPES) -> RegressResult:
+             expected: Sequence[tuple[str, str]] = EXPECTED_SHAPES, interrupted: str = "") -> RegressResult:
+    """Judge the entries; an `interrupted` run (how far it got) is judged on what finished: no lost entries,
+    no shape checks (they need the whole suite)."""
     from collsynth.sim import dtype_info
 
     ran_cases = {e.case for e in entries}
     wanted = [case for case in expected if f"{case[0]}/{case[1]}" in ran_cases or _planned(plan, case)]
+    findings = compare_with_baseline(entries, failed_items, baseline, plan.name, tolerance, complete=not interrupted)
     return RegressResult(suite=plan.name, dtype=dtype_info(plan.dtype)[0], tolerance=tolerance,
-                         entries=tuple(entries), failed_items=tuple(failed_items),
-                         findings=tuple(compare_with_baseline(entries, failed_items, baseline, plan.name, tolerance)),
-                         matchups=matchups(entries), shapes=tuple(shape_checks(entries, wanted, tolerance)),
-                         seconds=seconds, model=tuple(model_checks(entries)))
+                         entries=tuple(entries), failed_items=tuple(failed_items), findings=tuple(findings),
+                         matchups=matchups(entries),
+                         shapes=() if interrupted else tuple(shape_checks(entries, wanted, tolerance)),
+                         seconds=seconds, model=tuple(model_checks(entries)), interrupted=interrupted)
 
 
 def _planned(plan: Plan, case: tuple[str, str]) -> bool:
@@ -297,7 +326,12 @@ def regress(plan: Plan, baseline: Baseline, *, tolerance: float = DEFAULT_TOLERA
     if not 0 <= tolerance < 1:
         raise CollsynthError(f"tolerance must be in [0, 1), got {tolerance}; e.g. 0.05 for 5 %")
     started = time.perf_counter()
-    entries, failed = run_suite(plan, jobs=jobs, db_path=db_path, on_event=on_event)
+    try:
+        entries, failed = run_suite(plan, jobs=jobs, db_path=db_path, on_event=on_event)
+    except SuiteInterrupted as stop:
+        raise RegressInterrupted(evaluate(
+            plan, stop.entries, stop.failed, baseline, tolerance=tolerance, seconds=time.perf_counter() - started,
+            expected=expected, interrupted=f"{stop.finished} of {stop.total} items finished")) from stop
     return evaluate(plan, entries, failed, baseline, tolerance=tolerance, seconds=time.perf_counter() - started,
                     expected=expected)
 

@@ -3,10 +3,13 @@ they are) across the boundary."""
 
 from __future__ import annotations
 
-import multiprocessing
 import signal
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+
+from collsynth.core.signals import SafeStartPool, stop_pool
+
+__all__ = ["make_pool", "stop_pool", "worker_init"]
 
 
 def worker_init() -> None:
@@ -15,18 +18,6 @@ def worker_init() -> None:
 
 
 def make_pool(jobs: int, initializer: Callable[[], None] = worker_init) -> ProcessPoolExecutor:
-    """Spawned workers (z3 and forked threads do not mix), started with `initializer`."""
-    return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=initializer)
-
-
-def stop_pool(pool: ProcessPoolExecutor) -> None:
-    """Cancel queued work and end running workers now (a solver call may otherwise run to its time limit)."""
-    processes = list((getattr(pool, "_processes", None) or {}).values())  # no public API for this before 3.14
-    pool.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
-        if process.is_alive():
-            process.terminate()
-    for process in processes:
-        process.join(timeout=5)
-
+    """Spawned workers (z3 and forked threads do not mix), started with `initializer`; a signal never catches
+    one half-started (collsynth.core.signals.SafeStartPool). `stop_pool` ends them at once."""
+    return SafeStartPool(jobs, initializer=initializer)

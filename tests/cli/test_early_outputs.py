@@ -54,6 +54,44 @@ def test_an_unwritable_output_is_refused_before_any_work(cli_runner, tmp_path, m
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted({*before, "afile", "fifo"})
 
 
+# The short commands: each input is missing, so an error about the output option proves that the output was
+# checked first (when the options were read), before the command read anything or did any work.
+SHORT_COMMANDS = [
+    (["compile", "missing.py"], "-o", False),
+    (["lower", "missing.json"], "-o", False),
+    (["lower", "missing.json"], "--xml", False),
+    (["export", "chakra", "missing.xml"], "-o", True),
+    (["export", "mscclpp", "missing.xml"], "-o", False),
+    (["topo", "draw", "missing-topology.json"], "-o", False),
+    (["catalog", "export", "--db", "missing.sqlite"], "--msccl", True),
+    (["catalog", "export", "--db", "missing.sqlite", "-t", "h100_nvswitch"], "--mscclpp", True),
+    (["algorithms", "show", "no_such_program"], "-o", False),
+    (["sim", "missing.xml"], "--plot", False),
+]
+
+
+@pytest.mark.parametrize(("args", "option", "directory"), SHORT_COMMANDS,
+                         ids=lambda v: " ".join(v) if isinstance(v, list) else str(v))
+@pytest.mark.parametrize("kind", ["device", "under a file", "fifo", "proc", "directory as file"])
+def test_a_short_command_refuses_an_unwritable_output_first(cli_runner, tmp_path, args, option, directory, kind):
+    before = sorted(p.name for p in tmp_path.iterdir())
+    file_target, dir_target = _bad_targets(tmp_path)[kind]
+    result = cli_runner.invoke(main, [*args, option, dir_target if directory else file_target])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2, result.output
+    assert len(lines) == 1 and lines[0].startswith("error: Invalid value for") and option in lines[0], lines
+    assert (tmp_path / "afile").read_text() == "keep me"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted({*before, "afile", "fifo"})
+
+
+@pytest.mark.parametrize(("args", "option", "directory"), SHORT_COMMANDS[:4],
+                         ids=lambda v: " ".join(v) if isinstance(v, list) else str(v))
+def test_a_writable_output_of_a_short_command_passes_the_check(cli_runner, tmp_path, args, option, directory):
+    result = cli_runner.invoke(main, [*args, option, str(tmp_path / "new" / "out")])
+    assert result.exit_code == 2 and "missing" in result.output and "Invalid value" not in result.output
+    assert not (tmp_path / "new").exists()
+
+
 def test_a_writable_new_report_directory_is_not_created_by_the_check(cli_runner, tmp_path):
     # a good path passes the check; the check itself creates nothing (the missing sketch then stops the run)
     report = tmp_path / "new" / "report"

@@ -44,7 +44,7 @@ def test_pareto_keeps_the_finished_points(tmp_path, signum):
 
 @pytest.mark.skipif(SKETCH is None, reason="needs ../shared/examples (TACCL sketches)")
 @pytest.mark.parametrize("signum", SIGTERM_ONLY_IN_CI)
-def test_milp_stops_cbc_and_writes_nothing(tmp_path, signum):
+def test_milp_stops_cbc_and_keeps_the_best_schedule_so_far(tmp_path, signum):
     # the hook holds the driver while CBC runs (CBC has its own session: only our cleanup can stop it)
     hook = """
         import time
@@ -59,18 +59,49 @@ def test_milp_stops_cbc_and_writes_nothing(tmp_path, signum):
     stopped = stop_command(hook, ["synth", "milp", "ndv2", "allgather", "--sketch", str(SKETCH), "--solver", "cbc",
                                   "-o", "out.json", "--report", "rep"], signum, cwd=tmp_path)
     _clean_stop(stopped, tmp_path)
-    assert not (tmp_path / "out.json").exists() and not (tmp_path / "rep").exists()
+    # stopped in the routing MILP: the greedy routings' best schedule, verified, is kept
+    from collsynth.schedule import verify
+    from collsynth.schedule.algorithm import Algorithm
+
+    algorithm = Algorithm.load(tmp_path / "out.json")
+    verify(algorithm)
+    assert algorithm.provenance["interrupted"] is True and (tmp_path / "rep" / "report.md").is_file()
 
 
 @pytest.mark.parametrize("signum", SIGINT_ONLY_IN_CI)
-@pytest.mark.parametrize(("command", "module", "name"), [
-    ("greedy", "collsynth.cli.synth_scale", "greedy"),
-    pytest.param("auto", "collsynth.synth.cluster.auto", "auto", marks=pytest.mark.slow)])
-def test_greedy_and_auto_write_nothing_half_done(tmp_path, signum, command, module, name):
-    stopped = stop_command(sleep_after(module, name), ["synth", command, "ring:8", "allgather", "-o", "out.json",
-                                                       "--report", "rep"], signum, cwd=tmp_path)
+def test_greedy_writes_nothing_half_done(tmp_path, signum):
+    # stopped inside the synthesizer: no schedule is finished, nothing is written
+    stopped = stop_command(sleep_after("collsynth.cli.synth_scale", "greedy"),
+                           ["synth", "greedy", "ring:8", "allgather", "-o", "out.json", "--report", "rep"], signum,
+                           cwd=tmp_path)
     _clean_stop(stopped, tmp_path)
     assert not (tmp_path / "out.json").exists() and not (tmp_path / "rep").exists()
+
+
+@pytest.mark.parametrize("signum", SLOW_SIGNALS)
+def test_auto_keeps_the_best_schedule_found_so_far(tmp_path, signum):
+    # stopped after its first stage (the greedy) reported a schedule: that schedule is kept, marked interrupted
+    hook = """
+        import time
+        from collsynth.synth.cluster import auto
+        _real = auto._greedy
+        def _held(run, seed):
+            _real(run, seed)
+            print("ready", flush=True)
+            time.sleep(60)
+        auto.STAGES["greedy"] = _held
+        """
+    stopped = stop_command(hook, ["synth", "auto", "ring:8", "allgather", "-o", "out.json", "--report", "rep"],
+                           signum, cwd=tmp_path)
+    _clean_stop(stopped, tmp_path)
+    from collsynth.schedule import verify
+    from collsynth.schedule.algorithm import Algorithm
+
+    kept = Algorithm.load(tmp_path / "out.json")
+    verify(kept)
+    assert Algorithm.load(tmp_path / "rep" / "algorithm.json").to_json() == kept.to_json()
+    assert "interrupted" in (tmp_path / "rep" / "summary.txt").read_text()
+    assert not (tmp_path / "rep" / "bound.json").exists()
 
 
 @pytest.mark.parametrize("signum", SLOW_SIGNALS)
@@ -120,3 +151,6 @@ def test_regress_in_parallel_leaves_no_worker_and_keeps_the_finished_items(tmp_p
     with sqlite3.connect(tmp_path / "cat.db") as db:  # the item recorded before the signal stays, unclaimed
         assert db.execute("SELECT COUNT(*) FROM items").fetchone()[0] >= 1
         assert db.execute("SELECT COUNT(*) FROM claims").fetchone()[0] == 0
+    # the report judges the items finished, marked interrupted
+    assert "INTERRUPTED (" in (tmp_path / "rep" / "report.md").read_text()
+    assert json.loads((tmp_path / "rep" / "results.json").read_text())["entries"]

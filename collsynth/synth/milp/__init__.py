@@ -11,7 +11,7 @@ from collsynth.synth.milp.errors import MilpSynthesisError
 from collsynth.synth.milp.parameters import DEFAULT_PARAMETERS, MilpParameters
 from collsynth.synth.milp.pipeline import synthesize_milp
 from collsynth.synth.milp.report import write_report
-from collsynth.synth.milp.result import MilpResult
+from collsynth.synth.milp.result import MilpInterrupted, MilpResult
 
-__all__ = ["DEFAULT_PARAMETERS", "MilpParameters", "MilpResult", "MilpSynthesisError", "synthesize_milp",
-           "write_report"]
+__all__ = ["DEFAULT_PARAMETERS", "MilpInterrupted", "MilpParameters", "MilpResult", "MilpSynthesisError",
+           "synthesize_milp", "write_report"]

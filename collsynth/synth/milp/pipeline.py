@@ -50,9 +50,9 @@ from collsynth.synth.milp.parameters import (
     VERIFY,
     MilpParameters,
 )
-from collsynth.synth.milp.result import MilpResult
+from collsynth.synth.milp.result import MilpInterrupted, MilpResult
 from collsynth.synth.milp.route_stages import route_and_order
-from collsynth.synth.milp.runner import Clock, run_stages
+from collsynth.synth.milp.runner import Clock, StagesInterrupted, run_stages
 from collsynth.synth.milp.schedule_stage import Candidate, ScheduleWork, schedule_stage
 from collsynth.topologies import Topology
 
@@ -90,8 +90,12 @@ def _forward_and_reversed(run: _Run, forward_collective: Collective, stage: str,
                           ) -> tuple[RoutingInstance, Candidate, Candidate]:
     """Route and schedule a non-combining collective, then its reversal (a reduction), mirrored in time."""
     inst = build_instance(run.topology, forward_collective, run.sketch, run.chunk_bytes)
-    best, lower = route_and_order(inst, run.solver, run.clock, run.parameters, run.gap, reports)
-    forward = run.schedule(best, stage, reports, lower=lower, reserve=run.parameters.reserve_after_forward_schedule)
+    try:
+        best, lower = route_and_order(inst, run.solver, run.clock, run.parameters, run.gap, reports)
+        forward = run.schedule(best, stage, reports, lower=lower,
+                               reserve=run.parameters.reserve_after_forward_schedule)
+    except StagesInterrupted as stop:
+        raise StagesInterrupted(None, None) from stop  # a schedule of the dual, not of the collective asked for
     return inst, forward, reversed_candidate(forward, inst.topology)
 
 
@@ -146,20 +150,32 @@ def synthesize_milp(topology: Topology, collective: str | Collective, sketch: Sk
     clock = Clock(now(), time_limit, stop_grace(solver), parameters.min_stage_seconds, now)
     run = _Run(topology, target, sketch, size_bytes / sketch.chunkup, solver, gap, clock, parameters)
     reports: list[StageReport] = []
-    if not target.combining:
-        final, lower = _non_combining(run, reports)
-    elif target.name in ("reducescatter", "reduce"):
-        final, lower = _reduction(run, reports)
-    elif target.name == "allreduce":
-        final, lower = _allreduce(run, reports)
-    else:
-        raise MilpSynthesisError(f"MILP synthesis does not handle {target.name} (combining, no non-combining dual); "
-                                 "use AllReduce, ReduceScatter, Reduce or a non-combining collective")
+    try:
+        final, lower = _final(run, reports)
+    except StagesInterrupted as stop:  # Ctrl-C or SIGTERM: the best schedule in hand, verified, is kept
+        if stop.best is None:
+            raise
+        reports.append(StageReport("interrupted", 0.0, "the best schedule so far is kept", status="interrupted"))
+        raise MilpInterrupted(_result(run, stop.best, stop.lower, size_bytes, time_limit, reports,
+                                      interrupted=True)) from stop
     return _result(run, final, lower, size_bytes, time_limit, reports)
 
 
+def _final(run: _Run, reports: list[StageReport]) -> tuple[Candidate, float | None]:
+    """The pipeline of the target's kind: the final candidate and the proven lower bound."""
+    target = run.target
+    if not target.combining:
+        return _non_combining(run, reports)
+    if target.name in ("reducescatter", "reduce"):
+        return _reduction(run, reports)
+    if target.name == "allreduce":
+        return _allreduce(run, reports)
+    raise MilpSynthesisError(f"MILP synthesis does not handle {target.name} (combining, no non-combining dual); "
+                             "use AllReduce, ReduceScatter, Reduce or a non-combining collective")
+
+
 def _result(run: _Run, final: Candidate, lower: float | None, size_bytes: int, time_limit: float | None,
-            reports: list[StageReport]) -> MilpResult:
+            reports: list[StageReport], interrupted: bool = False) -> MilpResult:
     """The verified algorithm of `final`, with its provenance, status and the stage reports."""
     p, timing = run.parameters, final.timing
     if lower is not None and lower > timing.makespan:
@@ -168,14 +184,14 @@ def _result(run: _Run, final: Candidate, lower: float | None, size_bytes: int, t
             raise MilpSynthesisError(f"internal check failed: lower bound {lower:.6f} us exceeds the schedule's "
                                      f"{timing.makespan:.6f} us")
         lower = timing.makespan
-    limited = time_limit is not None and any(s.budget_cut or s.status in ("feasible", "no_solution", "stopped")
-                                             for s in reports)
+    limited = not interrupted and time_limit is not None and any(
+        s.budget_cut or s.status in ("feasible", "no_solution", "stopped") for s in reports)
     sketch = run.sketch
     provenance: dict[str, Any] = {
         "synthesizer": "milp", "solver": run.solver, "sketch": sketch.name or str(sketch), "size_bytes": size_bytes,
         "chunk_bytes": run.chunk_bytes, "predicted_us": round(timing.makespan, 6),
         "lower_bound_us": None if lower is None else round(lower, 6), "time_limit_s": time_limit,
-        "time_limited": limited,
+        "time_limited": limited, **({"interrupted": True} if interrupted else {}),
     }
     name = f"milp_{run.target.name}_{run.topology.name}_{sketch.name or 'sketch'}".replace(":", "_").replace("/", "_")
     algorithm = to_algorithm(name, run.topology, run.target, final.problem, timing, provenance)
@@ -187,7 +203,8 @@ def _result(run: _Run, final: Candidate, lower: float | None, size_bytes: int, t
     provenance.update({"seconds": round(total, 3), "stages": [s.to_dict() for s in reports]})
     algorithm = replace(algorithm, provenance=provenance)
     gap = None if lower is None or timing.makespan <= 0 else max(0.0, (timing.makespan - lower) / timing.makespan)
-    status = Status.TIMEOUT if limited else Status.OPTIMAL if gap is not None and gap <= run.gap else Status.SAT
+    status = Status.INTERRUPTED if interrupted else Status.TIMEOUT if limited else \
+        Status.OPTIMAL if gap is not None and gap <= run.gap else Status.SAT
     return MilpResult(status, (algorithm,), bound=lower, bound_kind="time_us", synthesizer="milp", seconds=total,
                       provenance={**provenance, "predicted_us": timing.makespan, "lower_bound_us": lower,
                                   "sketch_text": str(sketch)},

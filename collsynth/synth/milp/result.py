@@ -62,6 +62,15 @@ class MilpResult(SynthesisResult):
         return summary(self)
 
 
+class MilpInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped the run with a schedule in hand: `result` is that schedule, verified (status
+    interrupted, its stages so far)."""
+
+    def __init__(self, result: MilpResult) -> None:
+        super().__init__("interrupted")
+        self.result = result
+
+
 def stage_line(stage: StageReport) -> str:
     """One stage as the summary prints it: name, status, seconds, objective, bound, gap, model, note."""
     parts = [f"{stage.name:<24} {stage.status or stage.outcome:<11} {stage.seconds:8.2f} s"]

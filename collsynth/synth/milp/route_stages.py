@@ -73,6 +73,10 @@ class RouteWork:
         return min((c.timing.makespan for c in self.candidates), default=None)
 
     @property
+    def in_hand(self) -> Candidate | None:
+        return self.best or min(self.candidates, key=lambda c: c.timing.makespan, default=None)
+
+    @property
     def multi_node(self) -> bool:
         return bool(self.inst.groupable) or self.inst.sketch.num_nodes > 1
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from collsynth.schedule.result import StageReport
 from collsynth.synth.milp.parameters import BUDGET_SPENT, SKIPPED, MilpParameters
@@ -74,6 +74,18 @@ class Work(Protocol):
     def lower(self) -> float | None:
         """The best proven lower bound on every schedule the sketch allows (us), if any."""
 
+    @property
+    def in_hand(self) -> Any:
+        """The best schedule so far (what an interrupted run keeps), if any."""
+
+
+class StagesInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM while stages ran: the best schedule in hand then (None: none yet) and the proven bound."""
+
+    def __init__(self, best: Any, lower: float | None) -> None:
+        super().__init__("interrupted")
+        self.best, self.lower = best, lower
+
 
 W = TypeVar("W", bound=Work)
 
@@ -129,7 +141,18 @@ class Stage(Generic[W]):
 
 def run_stages(stages: Sequence[Stage[W]], work: W, clock: Clock, parameters: MilpParameters, gap: float,
                reports: list[StageReport]) -> None:
-    """Run `stages` in order on `work` under the rules of the module docstring, appending their reports."""
+    """Run `stages` in order on `work` under the rules of the module docstring, appending their reports. An
+    interrupt leaves as `StagesInterrupted` with what was in hand."""
+    try:
+        _run_each(stages, work, clock, parameters, gap, reports)
+    except StagesInterrupted:
+        raise
+    except KeyboardInterrupt as stop:
+        raise StagesInterrupted(work.in_hand, work.lower) from stop
+
+
+def _run_each(stages: Sequence[Stage[W]], work: W, clock: Clock, parameters: MilpParameters, gap: float,
+              reports: list[StageReport]) -> None:
     for stage in stages:
         if not stage.applies(work):
             continue

@@ -47,6 +47,10 @@ class ScheduleWork:
     def incumbent(self) -> float | None:
         return self.best.timing.makespan
 
+    @property
+    def in_hand(self) -> Candidate:
+        return self.best
+
 
 def schedule_round(work: ScheduleWork, budget: StageBudget) -> StageOutcome:
     """One solve of the scheduling model warm-started from greedy joins; then, if groups were chosen, the
