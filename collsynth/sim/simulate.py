@@ -5,10 +5,11 @@ and each chunk into tiles of at most `tile_bytes` (MSCCL's per-iteration chunk f
 every tile runs the whole program (see `collsynth.sim.engine` for the timing model). Tiles are made equal
 (chunk / ceil(chunk / tile_bytes)) rather than full tiles plus a remainder.
 
-Steady-state extrapolation: when a size needs more than `max_exact_tiles` tiles, the first K =
-`max_exact_tiles` tiles are simulated exactly; the per-tile period is the average spacing of the last
-tile's finishing times over tiles K/2..K-1, and the remaining tiles are added at that period. Tiles are
-identical, so once the pipeline has filled the schedule repeats; tests compare this with exact runs.
+Steady state: when a size needs more than `max_exact_tiles` tiles, that many are simulated first and the
+periodic steady state is looked for (`collsynth.sim.steady`: every step's finish time growing by the same D
+every q tiles, among the tiles the run's end does not affect); the remaining tiles are then added in whole
+periods, T(N) = T(P) + (N - P) / q * D with P = N (mod q), which is what simulating all N tiles gives. Where
+no period shows yet, twice as many tiles are simulated, up to all of them (then nothing is extrapolated).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from collsynth.core.costs import (  # noqa: F401  (TILE_BYTES_BY_PROTOCOL, LOCAL
     local_step_us,
 )
 from collsynth.ir import Algo
-from collsynth.sim import engine
+from collsynth.sim import engine, steady
 from collsynth.sim.nccl import SimError, busbw_factor, dtype_info, nccl_size
 from collsynth.topologies.model import Topology
 
@@ -48,7 +49,7 @@ class SimModel:
     local_beta_us_per_mb: float = LOCAL_BETA_US_PER_MB  # cpy
     reduce_beta_us_per_mb: float = REDUCE_BETA_US_PER_MB  # re
     tile_bytes: int | None = None  # None: by the IR's protocol (TILE_BYTES_BY_PROTOCOL)
-    max_exact_tiles: int = 16  # simulate up to this many tiles exactly, then extrapolate
+    max_exact_tiles: int = 16  # tiles simulated before looking for the periodic steady state
     fifo_slots: int | None = engine.FIFO_SLOTS  # per-connection sends in flight; None: unbounded (eager)
 
     def __post_init__(self) -> None:
@@ -116,7 +117,7 @@ class SimResult:
                          f"{row.algbw_GBps:>7.2f}  {row.busbw_GBps:>7.2f}{mark}")
         lines.append(f"# Avg bus bandwidth    : {self.avg_busbw_GBps:.4g}")
         if any(self.extrapolated):
-            lines.append(f"# ~ : steady state extrapolated from the first {self.model.max_exact_tiles} tiles")
+            lines.append("# ~ : tiles past the periodic steady state added in whole periods")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -162,14 +163,23 @@ def simulate(ir: Algo, topology: Topology, sizes: Iterable[int], *, dtype: str =
 
 
 def time_tiles(planned: engine.Plan, slice_mb: float, ntiles: int, model: SimModel) -> tuple[float, bool]:
-    """Makespan of `ntiles` tiles of `slice_mb` MB chunk slices; True when extrapolated."""
-    exact = min(ntiles, model.max_exact_tiles)
-    result = engine.run(planned, slice_mb, exact, local_alpha_us=model.local_alpha_us,
-                        local_beta_us_per_mb=model.local_beta_us_per_mb,
-                        reduce_beta_us_per_mb=model.reduce_beta_us_per_mb, fifo_slots=model.fifo_slots)
-    if exact == ntiles:
-        return result.time_us, False
-    ends = result.tile_end_us
-    half = exact // 2
-    period = (ends[exact - 1] - ends[half - 1]) / (exact - half)  # average spacing over the settled half
-    return result.time_us + (ntiles - exact) * period, True
+    """Makespan of `ntiles` tiles of `slice_mb` MB chunk slices; True when the steady state was extrapolated."""
+    probe = min(ntiles, model.max_exact_tiles)
+    while True:
+        result = _run(planned, slice_mb, probe, model)
+        if probe == ntiles:
+            return result.time_us, False
+        state = steady.find_steady_state(planned, result, probe, model.fifo_slots)
+        if state is not None:
+            extra = (ntiles - probe) % state.tiles
+            if extra:  # end on the same phase of every period as the full run
+                probe += extra
+                result = _run(planned, slice_mb, probe, model)
+            return state.extrapolate(result, probe, ntiles), True
+        probe = min(ntiles, 2 * probe)
+
+
+def _run(planned: engine.Plan, slice_mb: float, ntiles: int, model: SimModel) -> engine.RunResult:
+    return engine.run(planned, slice_mb, ntiles, local_alpha_us=model.local_alpha_us,
+                      local_beta_us_per_mb=model.local_beta_us_per_mb,
+                      reduce_beta_us_per_mb=model.reduce_beta_us_per_mb, fifo_slots=model.fifo_slots)
