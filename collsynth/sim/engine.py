@@ -88,7 +88,7 @@ class RunResult:
 
     time_us: float
     tile_end_us: tuple[float, ...]
-    step_end_us: tuple[tuple[float, ...], ...] = ()
+    step_end_us: tuple[list[float], ...] = ()  # the event loop's own lists (not copied): read, don't change
 
 
 def plan(ir: Algo, topology: Topology) -> Plan:
@@ -335,7 +335,7 @@ def run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, loc
         raise SimError(f"the IR deadlocks: {_describe_stuck(plan_, stuck, pc, nsteps, waits)}; check the order of "
                        "sends and receives on each connection and the step dependencies")
     return RunResult(time_us=max(free, default=0.0), tile_end_us=tuple(tile_end),
-                     step_end_us=tuple(map(tuple, done)))
+                     step_end_us=tuple(done))
 
 
 @dataclass(frozen=True)

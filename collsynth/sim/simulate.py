@@ -5,7 +5,7 @@ and each chunk into tiles of at most `tile_bytes` (MSCCL's per-iteration chunk f
 every tile runs the whole program (see `collsynth.sim.engine` for the timing model). Tiles are made equal
 (chunk / ceil(chunk / tile_bytes)) rather than full tiles plus a remainder.
 
-Steady state: when a size needs more than `max_exact_tiles` tiles, that many are simulated first and the
+Steady state: when a size needs more than 2 x `max_exact_tiles` tiles, that many are simulated first and the
 periodic steady state is looked for (`collsynth.sim.steady`: every step's finish time growing by the same D
 every q tiles, among the tiles the run's end does not affect); the remaining tiles are then added in whole
 periods, T(N) = T(P) + (N - P) / q * D with P = N (mod q), which is what simulating all N tiles gives. Where
@@ -162,9 +162,35 @@ def simulate(ir: Algo, topology: Topology, sizes: Iterable[int], *, dtype: str =
                      extrapolated=tuple(extrapolated), model=model)
 
 
+def busy_bound_us(ir: Algo, topology: Topology, size: int, *, dtype: str = "float32",
+                  model: SimModel | None = None) -> float:
+    """A lower bound on `simulate`'s time at `size` without running it: every transfer holds its link (and a
+    lane of each switch it crosses) for its whole duration, so the busiest link's total, and each switch's
+    total over its lanes, are no more than the makespan. Cheap (no event loop): for pruning searches."""
+    model = model or SimModel()
+    _, elem_bytes = dtype_info(dtype)
+    planned = engine.plan(ir, topology)
+    nccl = nccl_size(ir.collective, ir.ngpus, int(size), elem_bytes)
+    chunk_bytes = nccl.size_bytes / ir.nchunksperloop
+    ntiles = max(1, math.ceil(chunk_bytes / model.tile_for(ir.proto)))
+    slice_mb = chunk_bytes / ntiles / MB
+    link_busy = [0.0] * planned.num_links
+    switch_busy = [0.0] * len(planned.switch_lanes)
+    for steps in planned.steps:
+        for step in steps:
+            if step.send_conn >= 0:
+                duration = ntiles * (step.alpha_us + step.cnt * slice_mb * step.beta_us_per_mb)
+                link_busy[step.link] += duration
+                for sw in step.switches:
+                    switch_busy[sw] += duration
+    lanes = planned.switch_lanes
+    return max(link_busy + [busy / lanes[sw] for sw, busy in enumerate(switch_busy)], default=0.0)
+
+
 def time_tiles(planned: engine.Plan, slice_mb: float, ntiles: int, model: SimModel) -> tuple[float, bool]:
     """Makespan of `ntiles` tiles of `slice_mb` MB chunk slices; True when the steady state was extrapolated."""
-    probe = min(ntiles, model.max_exact_tiles)
+    # up to twice the first probe, simulating every tile costs no more than a probe that finds no period
+    probe = ntiles if ntiles <= 2 * model.max_exact_tiles else model.max_exact_tiles
     while True:
         result = _run(planned, slice_mb, probe, model)
         if probe == ntiles:
@@ -176,7 +202,7 @@ def time_tiles(planned: engine.Plan, slice_mb: float, ntiles: int, model: SimMod
                 probe += extra
                 result = _run(planned, slice_mb, probe, model)
             return state.extrapolate(result, probe, ntiles), True
-        probe = min(ntiles, 2 * probe)
+        probe = 2 * probe if ntiles - 2 * probe >= probe else ntiles  # no probe almost as long as the run
 
 
 def _run(planned: engine.Plan, slice_mb: float, ntiles: int, model: SimModel) -> engine.RunResult:

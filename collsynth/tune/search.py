@@ -119,8 +119,7 @@ def tune_size(evaluator: Evaluator, size: int, grid: Grid | None = None,
             starts.append((candidate, start))
     keep = descents if descents is not None else (len(starts) + 1) // 2
     if keep < len(starts):
-        timed = sorted(range(len(starts)), key=lambda k: (walk.time(starts[k][1]), k))
-        starts = [starts[k] for k in sorted(timed[:keep])]
+        starts = _best_starts(walk, starts, keep)
     best: Config | None = None
     best_t = math.inf
     for candidate, start in starts:
@@ -128,6 +127,21 @@ def tune_size(evaluator: Evaluator, size: int, grid: Grid | None = None,
         if t < best_t:
             best, best_t = config, t
     return _result(evaluator, size, best, walk, start_clock)
+
+
+def _best_starts(walk: _Walk, starts: list[tuple[Candidate, Config]], keep: int) -> list[tuple[Candidate, Config]]:
+    """The `keep` fastest starting points (ties: the earlier), in their order. Starts are timed in order of a
+    lower bound that runs no simulation (Evaluator.bound); once `keep` are timed, a start whose bound exceeds
+    the keep-th best time cannot be among them and is not simulated (branch and bound: same choice, fewer
+    evaluations; at 1GB an LL start costs a 683-tile simulation)."""
+    bounds = [walk.evaluator.bound(config, walk.size) for _, config in starts]
+    times: dict[int, float] = {}
+    for k in sorted(range(len(starts)), key=lambda k: (bounds[k], k)):
+        if len(times) >= keep and bounds[k] > sorted(times.values())[keep - 1]:
+            break  # bounds only grow from here
+        times[k] = walk.time(starts[k][1])
+    timed = sorted(times, key=lambda k: (times[k], k))
+    return [starts[k] for k in sorted(timed[:keep])]
 
 
 def _warm_start(start: Config, warm: Config, grid: Grid, candidate: Candidate) -> Config:

@@ -93,7 +93,7 @@ class Grid:
     merge: tuple[str, ...] = MERGE_MODES
     fusion: tuple[bool, ...] = (True, False)
     pair_threadblocks: tuple[bool, ...] = (True, False)
-    timed_order: tuple[bool, ...] = (False, True)  # applies to lowered schedules (synthesized and MILP) only
+    timed_order: tuple[bool, ...] = (False, True)  # MILP schedules, and synthesized ones on switch topologies
     timed_merge: tuple[bool, ...] = (False, True)  # applies to timed (MILP) schedules only
 
     def __post_init__(self) -> None:
@@ -110,8 +110,9 @@ class Grid:
     def values(self, axis: str, candidate: Candidate) -> tuple[Any, ...]:
         if axis == "merge" and not candidate.lowered:
             return ("contiguous",)  # a library program is already a program: nothing to merge
-        if axis == "timed_order" and not candidate.lowered:
-            return (False,)  # a library program's port order is its own
+        if axis == "timed_order" and not (candidate.source == MILP or candidate.algorithm is not None
+                                          and candidate.algorithm.topology.switches):
+            return (False,)  # library programs keep their own order; without switch ports an untimed order is moot
         if axis == "timed_merge" and candidate.source != MILP:
             return (False,)  # nothing timed to keep
         return tuple(getattr(self, axis))
