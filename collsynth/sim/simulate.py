@@ -28,8 +28,8 @@ from collsynth.core.costs import (  # noqa: F401  (TILE_BYTES_BY_PROTOCOL, LOCAL
     TILE_BYTES_BY_PROTOCOL,
     local_step_us,
 )
-from collsynth.ir import Algo
-from collsynth.sim import engine, steady
+from collsynth.ir import SENDING_TYPES, Algo
+from collsynth.sim import engine, protocol, steady
 from collsynth.sim.nccl import SimError, busbw_factor, dtype_info, nccl_size
 from collsynth.topologies.model import Topology
 
@@ -166,25 +166,40 @@ def busy_bound_us(ir: Algo, topology: Topology, size: int, *, dtype: str = "floa
                   model: SimModel | None = None) -> float:
     """A lower bound on `simulate`'s time at `size` without running it: every transfer holds its link (and a
     lane of each switch it crosses) for its whole duration, so the busiest link's total, and each switch's
-    total over its lanes, are no more than the makespan. Cheap (no event loop): for pruning searches."""
+    total over its lanes, are no more than the makespan. Cheap (no planning, no event loop): for pruning
+    searches. Assumes an IR that `simulate` accepts (links exist)."""
     model = model or SimModel()
     _, elem_bytes = dtype_info(dtype)
-    planned = engine.plan(ir, topology)
     nccl = nccl_size(ir.collective, ir.ngpus, int(size), elem_bytes)
     chunk_bytes = nccl.size_bytes / ir.nchunksperloop
     ntiles = max(1, math.ceil(chunk_bytes / model.tile_for(ir.proto)))
     slice_mb = chunk_bytes / ntiles / MB
-    link_busy = [0.0] * planned.num_links
-    switch_busy = [0.0] * len(planned.switch_lanes)
-    for steps in planned.steps:
-        for step in steps:
-            if step.send_conn >= 0:
-                duration = ntiles * (step.alpha_us + step.cnt * slice_mb * step.beta_us_per_mb)
-                link_busy[step.link] += duration
-                for sw in step.switches:
-                    switch_busy[sw] += duration
-    lanes = planned.switch_lanes
-    return max(link_busy + [busy / lanes[sw] for sw, busy in enumerate(switch_busy)], default=0.0)
+    links = {(link.src, link.dst): link for link in topology.links}
+    counts: dict[tuple[int, int], tuple[int, int]] = {}  # link -> (sending steps, chunk slices) per tile
+    for gpu in ir.gpus:
+        for tb in gpu.tbs:
+            sends = [step.cnt for step in tb.steps if step.type in SENDING_TYPES]
+            if sends:
+                steps, cnt = counts.get((gpu.id, tb.send), (0, 0))
+                counts[(gpu.id, tb.send)] = (steps + len(sends), cnt + sum(sends))
+    busy: dict[tuple[int, int], float] = {}
+    switch_busy = [0.0] * len(topology.switches)
+    for pair, (steps, cnt) in counts.items():
+        link = links.get(pair)
+        if link is None:
+            return 0.0  # simulate will name the missing link; no bound
+        crossed = [i for i, switch in enumerate(topology.switches) if pair in switch.links]
+        alpha = link.alpha_us
+        beta = max([link.beta_us_per_mb] + [topology.switches[i].beta_us_per_mb for i in crossed])
+        if ir.proto != "Simple":
+            alpha *= protocol.latency_scale(ir.proto, link.kind)
+            beta *= protocol.beta_scale(ir.proto)
+        busy[pair] = ntiles * (steps * alpha + cnt * slice_mb * beta)
+        for i in crossed:
+            switch_busy[i] += busy[pair]
+    return max(list(busy.values()) + [total / max(1, switch.bandwidth)
+                                      for total, switch in zip(switch_busy, topology.switches, strict=True)],
+               default=0.0)
 
 
 def time_tiles(planned: engine.Plan, slice_mb: float, ntiles: int, model: SimModel) -> tuple[float, bool]:

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 from sim_irs import ring_allreduce_ir
 
 from collsynth.ir import Algo, Gpu, Step, Threadblock
-from collsynth.sim import SimModel, engine
+from collsynth.sim import SimModel, engine, simulate
+from collsynth.sim.simulate import busy_bound_us as simulator_bound
 from collsynth.sim.simulate import time_tiles
 from collsynth.topologies import Link, Switch, Topology, dgx2, fully_connected, ring
 
@@ -120,3 +121,30 @@ def test_extrapolation_equals_exact_for_random_programs(data: st.DataObject, n: 
     approx, exact, _ = extrapolated_and_exact(ir, topology, ntiles, probe)
     assert approx == pytest.approx(exact, rel=1e-9)
     assert approx >= busy_bound_us(engine.plan(ir, topology), topology, ntiles) * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("proto", ["Simple", "LL", "LL128"])
+def test_busy_bound_is_the_busiest_resource_and_below_the_simulated_time(proto: str) -> None:
+    topology = dgx2()
+    ir = one_step_allgather_ir(16, rotated=True, proto=proto)
+    size = 1 << 30  # 1GB AllGather on 16 ranks: 64 MiB chunks
+    result = simulate(ir, topology, [size])
+    ntiles = result.tiles[0]
+    planned = engine.plan(ir, topology)
+    expected = simulator_bound(ir, topology, size)
+    slice_mb = result.rows[0].size_bytes / ir.nchunksperloop / ntiles / (1 << 20)
+    assert expected == pytest.approx(_bound_at(planned, ntiles, slice_mb), rel=1e-9)
+    assert expected <= result.rows[0].time_us * (1 + 1e-12)
+
+
+def _bound_at(planned: engine.Plan, ntiles: int, slice_mb: float) -> float:
+    busy = [0.0] * planned.num_links
+    switch_busy = [0.0] * len(planned.switch_lanes)
+    for tb in planned.steps:
+        for step in tb:
+            if step.send_conn >= 0:
+                duration = ntiles * (step.alpha_us + step.cnt * slice_mb * step.beta_us_per_mb)
+                busy[step.link] += duration
+                for sw in step.switches:
+                    switch_busy[sw] += duration
+    return max(busy + [b / lanes for b, lanes in zip(switch_busy, planned.switch_lanes, strict=True)])
