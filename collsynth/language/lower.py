@@ -128,8 +128,13 @@ class _Lowering:
         if self.stage:
             planned = self._stage_groups(t, planned)
         # A link's sends in slot order, so contiguous ones are adjacent (one message); timed (MILP) sends in
-        # start order first: the compiler can keep the order the schedule timed them in (timed_order).
-        planned.sort(key=lambda p: (p[0].start_us or 0.0, p[0].src, p[0].dst, p[1], p[2]))
+        # start order first: the compiler can keep the order the schedule timed them in (timed_order). Where the
+        # schedule fixes no order and ranks sit behind switch ports, rank r's peers in rotated order r+1, r+2,
+        # ... (mod n): when every rank sends to many peers through its one port, no two ranks then target the
+        # same receiving port at once (ascending order sends every rank to rank 0 first).
+        n = self.algorithm.topology.num_ranks if self.algorithm.topology.switches else 0
+        planned.sort(key=lambda p: (p[0].start_us or 0.0, p[0].src, (p[0].dst - p[0].src) % n if n else p[0].dst,
+                                    p[1], p[2]))
         for send, src, dst in self._order_reads_before_writes(planned):
             key = (send.chunk, send.dst)
             if send.op == REDUCE:

@@ -13,7 +13,7 @@ from collsynth.regress.baseline import (
     save_baseline,
     updated_baseline,
 )
-from collsynth.regress.model_gate import MODEL_GATE, ModelCheck, model_checks
+from collsynth.regress.model_gate import MODEL_GATE, ModelCheck, model_checks, port_steps
 from collsynth.regress.report import summary_text, write_report
 from collsynth.regress.suite import (
     DEFAULT_TOLERANCE,
@@ -38,6 +38,7 @@ __all__ = [
     "BASELINE_PATH", "DEFAULT_TOLERANCE", "EXPECTED_SHAPES", "Baseline", "BaselineEntry", "BaselineError", "CaseEntry",
     "Finding", "MODEL_GATE", "Matchup", "ModelCheck", "RegressInterrupted", "RegressResult", "ShapeCheck",
     "compare_with_baseline", "entry_key", "evaluate",
-    "load_baseline", "load_suite", "matchups", "model_checks", "regress", "run_suite", "save_baseline", "shape_checks",
+    "load_baseline", "load_suite", "matchups", "model_checks", "port_steps", "regress", "run_suite", "save_baseline",
+    "shape_checks",
     "summary_text", "updated_baseline", "write_report",
 ]

@@ -27,6 +27,7 @@ class CaseEntry:
     times_us: Mapping[int, float] = field(default_factory=dict)  # nccl-tests size -> predicted time
     busbw: Mapping[int, float] = field(default_factory=dict)
     tuned_us: Mapping[int, float] = field(default_factory=dict)  # nccl-tests size -> tuned time (collsynth.tune)
+    port_steps: int | None = None  # the schedule's alphas once each switch port serializes its transfers
 
     @property
     def synthesized(self) -> bool:

@@ -5,6 +5,13 @@ max(S_lb*alpha, (R/C)_lb*per-rank bytes*beta).
 The compiled time is the catalog's tuned time (`provenance["tuned"]`, collsynth.tune), else the entry's own
 simulated time. Gated: collectives whose per-rank bytes are the nccl-tests size / ranks (AllGather,
 ReduceScatter, Gather, Scatter), where the model's (R/C) * per-rank bytes is the bandwidth term.
+
+Switch ports: the synthesizer's model charges one alpha per step however many peers a rank sends to, but an
+MSCCL-IR transfer goes to one peer, and a switch port of b lanes holds each transfer for its alpha (the
+simulator's switch rule), so a step in which a rank sends to k peers through one port costs at least ceil(k/b)
+alphas in any MSCCL-IR program. The gate's S counts that (`port_steps`: the same as S on topologies without
+switches, and wherever no port carries more transfers in a step than it has lanes); the bound column is the
+synthesizer's unchanged.
 """
 
 from __future__ import annotations
@@ -12,10 +19,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
+from math import ceil
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collsynth.regress.case_entry import CaseEntry
+    from collsynth.schedule import Algorithm
 
 MODEL_GATE = 1.10
 GATED_COLLECTIVES = frozenset({"allgather", "reducescatter", "gather", "scatter"})
@@ -81,10 +90,21 @@ def model_checks(entries: Sequence[CaseEntry]) -> list[ModelCheck]:
             if size not in times:
                 continue
             per_rank = size / ranks / MB
-            model = e.steps * alpha + e.rounds / e.chunks * per_rank * beta
+            model = max(e.steps, e.port_steps or 0) * alpha + e.rounds / e.chunks * per_rank * beta
             check = ModelCheck(e.key, e.case, e.name, size, model, times[size],
                                max(s_lb * alpha, r_lb * per_rank * beta), tuned)
             slot = (e.case, e.name, size)
             if slot not in best or check.compiled_us < best[slot].compiled_us:
                 best[slot] = check
     return [best[k] for k in sorted(best)]
+
+
+def port_steps(algorithm: Algorithm) -> int:
+    """The schedule's steps, each counted as the most transfers one switch port must carry in it, per lane:
+    sum over steps of max(1, max over switches of ceil(links of the step through it / its lanes))."""
+    total = 0
+    for step in algorithm.steps:
+        links = {(send.src, send.dst) for send in step.sends}
+        total += max([1] + [ceil(len(links & switch.links) / max(1, switch.bandwidth))
+                            for switch in algorithm.topology.switches])
+    return total

@@ -27,7 +27,7 @@ from pathlib import Path
 from collsynth.catalog import BuildEvent, Catalog, CompileVariant, EntryRow, Plan, expand_plan, load_plan, run_items
 from collsynth.regress.baseline import Baseline
 from collsynth.regress.case_entry import CaseEntry
-from collsynth.regress.model_gate import ModelCheck, model_checks
+from collsynth.regress.model_gate import ModelCheck, model_checks, port_steps
 
 SUITES_DIR = Path(__file__).resolve().parent  # quick.toml, full.toml (and the sketch they name)
 DEFAULT_TOLERANCE = 0.05
@@ -179,7 +179,23 @@ def _case_entry(catalog: Catalog, row: EntryRow, type_name: str) -> CaseEntry:
                      chunks=row.chunks, steps=row.steps, rounds=row.rounds, passed=row.ok,
                      message=row.message if row.ok else f"{row.stage}: {row.message}",
                      times_us={p.size_bytes: p.time_us for p in points},
-                     busbw={p.size_bytes: p.busbw_GBps for p in points}, tuned_us=_tuned(row.provenance))
+                     busbw={p.size_bytes: p.busbw_GBps for p in points}, tuned_us=_tuned(row.provenance),
+                     port_steps=_port_steps(catalog, row))
+
+
+def _port_steps(catalog: Catalog, row: EntryRow) -> int | None:
+    """`port_steps` of the entry's schedule (kept in the store for tuned entries), None when not kept."""
+    from collsynth.catalog.store import load_xml_text
+    from collsynth.core.errors import CollsynthError
+    from collsynth.schedule import Algorithm
+
+    sha = row.provenance.get("tuned_algorithm_sha256")
+    if not row.ok or not isinstance(sha, str):
+        return None
+    try:
+        return port_steps(Algorithm.from_json(load_xml_text(catalog.root, sha)))
+    except CollsynthError:
+        return None
 
 
 def _tuned(provenance: Mapping[str, object]) -> dict[int, float]:

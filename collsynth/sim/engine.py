@@ -83,10 +83,12 @@ class Plan:
 
 @dataclass(frozen=True)
 class RunResult:
-    """One simulated run: the makespan and when each tile's last step finished."""
+    """One simulated run: the makespan, when each tile's last step finished and, per threadblock, when each of
+    its (tile, step) finished (index `tile * steps + step`; the steady-state search in `simulate` reads it)."""
 
     time_us: float
     tile_end_us: tuple[float, ...]
+    step_end_us: tuple[list[float], ...] = ()  # the event loop's own lists (not copied): read, don't change
 
 
 def plan(ir: Algo, topology: Topology) -> Plan:
@@ -332,7 +334,8 @@ def run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, loc
                        frozenset(i for i, w in enumerate(slot_waiter) if w >= 0))
         raise SimError(f"the IR deadlocks: {_describe_stuck(plan_, stuck, pc, nsteps, waits)}; check the order of "
                        "sends and receives on each connection and the step dependencies")
-    return RunResult(time_us=max(free, default=0.0), tile_end_us=tuple(tile_end))
+    return RunResult(time_us=max(free, default=0.0), tile_end_us=tuple(tile_end),
+                     step_end_us=tuple(done))
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,11 @@ and each chunk into tiles of at most `tile_bytes` (MSCCL's per-iteration chunk f
 every tile runs the whole program (see `collsynth.sim.engine` for the timing model). Tiles are made equal
 (chunk / ceil(chunk / tile_bytes)) rather than full tiles plus a remainder.
 
-Steady-state extrapolation: when a size needs more than `max_exact_tiles` tiles, the first K =
-`max_exact_tiles` tiles are simulated exactly; the per-tile period is the average spacing of the last
-tile's finishing times over tiles K/2..K-1, and the remaining tiles are added at that period. Tiles are
-identical, so once the pipeline has filled the schedule repeats; tests compare this with exact runs.
+Steady state: when a size needs more than 2 x `max_exact_tiles` tiles, that many are simulated first and the
+periodic steady state is looked for (`collsynth.sim.steady`: every step's finish time growing by the same D
+every q tiles, among the tiles the run's end does not affect); the remaining tiles are then added in whole
+periods, T(N) = T(P) + (N - P) / q * D with P = N (mod q), which is what simulating all N tiles gives. Where
+no period shows yet, twice as many tiles are simulated, up to all of them (then nothing is extrapolated).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from collsynth.core.costs import (  # noqa: F401  (TILE_BYTES_BY_PROTOCOL, LOCAL
     TILE_BYTES_BY_PROTOCOL,
     local_step_us,
 )
-from collsynth.ir import Algo
-from collsynth.sim import engine
+from collsynth.ir import SENDING_TYPES, Algo
+from collsynth.sim import engine, protocol, steady
 from collsynth.sim.nccl import SimError, busbw_factor, dtype_info, nccl_size
 from collsynth.topologies.model import Topology
 
@@ -48,7 +49,7 @@ class SimModel:
     local_beta_us_per_mb: float = LOCAL_BETA_US_PER_MB  # cpy
     reduce_beta_us_per_mb: float = REDUCE_BETA_US_PER_MB  # re
     tile_bytes: int | None = None  # None: by the IR's protocol (TILE_BYTES_BY_PROTOCOL)
-    max_exact_tiles: int = 16  # simulate up to this many tiles exactly, then extrapolate
+    max_exact_tiles: int = 16  # tiles simulated before looking for the periodic steady state
     fifo_slots: int | None = engine.FIFO_SLOTS  # per-connection sends in flight; None: unbounded (eager)
 
     def __post_init__(self) -> None:
@@ -116,7 +117,7 @@ class SimResult:
                          f"{row.algbw_GBps:>7.2f}  {row.busbw_GBps:>7.2f}{mark}")
         lines.append(f"# Avg bus bandwidth    : {self.avg_busbw_GBps:.4g}")
         if any(self.extrapolated):
-            lines.append(f"# ~ : steady state extrapolated from the first {self.model.max_exact_tiles} tiles")
+            lines.append("# ~ : tiles past the periodic steady state added in whole periods")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -161,15 +162,65 @@ def simulate(ir: Algo, topology: Topology, sizes: Iterable[int], *, dtype: str =
                      extrapolated=tuple(extrapolated), model=model)
 
 
+def busy_bound_us(ir: Algo, topology: Topology, size: int, *, dtype: str = "float32",
+                  model: SimModel | None = None) -> float:
+    """A lower bound on `simulate`'s time at `size` without running it: every transfer holds its link (and a
+    lane of each switch it crosses) for its whole duration, so the busiest link's total, and each switch's
+    total over its lanes, are no more than the makespan. Cheap (no planning, no event loop): for pruning
+    searches. Assumes an IR that `simulate` accepts (links exist)."""
+    model = model or SimModel()
+    _, elem_bytes = dtype_info(dtype)
+    nccl = nccl_size(ir.collective, ir.ngpus, int(size), elem_bytes)
+    chunk_bytes = nccl.size_bytes / ir.nchunksperloop
+    ntiles = max(1, math.ceil(chunk_bytes / model.tile_for(ir.proto)))
+    slice_mb = chunk_bytes / ntiles / MB
+    links = {(link.src, link.dst): link for link in topology.links}
+    counts: dict[tuple[int, int], tuple[int, int]] = {}  # link -> (sending steps, chunk slices) per tile
+    for gpu in ir.gpus:
+        for tb in gpu.tbs:
+            sends = [step.cnt for step in tb.steps if step.type in SENDING_TYPES]
+            if sends:
+                steps, cnt = counts.get((gpu.id, tb.send), (0, 0))
+                counts[(gpu.id, tb.send)] = (steps + len(sends), cnt + sum(sends))
+    busy: dict[tuple[int, int], float] = {}
+    switch_busy = [0.0] * len(topology.switches)
+    for pair, (steps, cnt) in counts.items():
+        link = links.get(pair)
+        if link is None:
+            return 0.0  # simulate will name the missing link; no bound
+        crossed = [i for i, switch in enumerate(topology.switches) if pair in switch.links]
+        alpha = link.alpha_us
+        beta = max([link.beta_us_per_mb] + [topology.switches[i].beta_us_per_mb for i in crossed])
+        if ir.proto != "Simple":
+            alpha *= protocol.latency_scale(ir.proto, link.kind)
+            beta *= protocol.beta_scale(ir.proto)
+        busy[pair] = ntiles * (steps * alpha + cnt * slice_mb * beta)
+        for i in crossed:
+            switch_busy[i] += busy[pair]
+    return max(list(busy.values()) + [total / max(1, switch.bandwidth)
+                                      for total, switch in zip(switch_busy, topology.switches, strict=True)],
+               default=0.0)
+
+
 def time_tiles(planned: engine.Plan, slice_mb: float, ntiles: int, model: SimModel) -> tuple[float, bool]:
-    """Makespan of `ntiles` tiles of `slice_mb` MB chunk slices; True when extrapolated."""
-    exact = min(ntiles, model.max_exact_tiles)
-    result = engine.run(planned, slice_mb, exact, local_alpha_us=model.local_alpha_us,
-                        local_beta_us_per_mb=model.local_beta_us_per_mb,
-                        reduce_beta_us_per_mb=model.reduce_beta_us_per_mb, fifo_slots=model.fifo_slots)
-    if exact == ntiles:
-        return result.time_us, False
-    ends = result.tile_end_us
-    half = exact // 2
-    period = (ends[exact - 1] - ends[half - 1]) / (exact - half)  # average spacing over the settled half
-    return result.time_us + (ntiles - exact) * period, True
+    """Makespan of `ntiles` tiles of `slice_mb` MB chunk slices; True when the steady state was extrapolated."""
+    # up to twice the first probe, simulating every tile costs no more than a probe that finds no period
+    probe = ntiles if ntiles <= 2 * model.max_exact_tiles else model.max_exact_tiles
+    while True:
+        result = _run(planned, slice_mb, probe, model)
+        if probe == ntiles:
+            return result.time_us, False
+        state = steady.find_steady_state(planned, result, probe, model.fifo_slots)
+        if state is not None:
+            extra = (ntiles - probe) % state.tiles
+            if extra:  # end on the same phase of every period as the full run
+                probe += extra
+                result = _run(planned, slice_mb, probe, model)
+            return state.extrapolate(result, probe, ntiles), True
+        probe = 2 * probe if ntiles - 2 * probe >= probe else ntiles  # no probe almost as long as the run
+
+
+def _run(planned: engine.Plan, slice_mb: float, ntiles: int, model: SimModel) -> engine.RunResult:
+    return engine.run(planned, slice_mb, ntiles, local_alpha_us=model.local_alpha_us,
+                      local_beta_us_per_mb=model.local_beta_us_per_mb,
+                      reduce_beta_us_per_mb=model.reduce_beta_us_per_mb, fifo_slots=model.fifo_slots)

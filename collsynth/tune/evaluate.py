@@ -16,6 +16,7 @@ from collsynth.core.errors import CollsynthError
 from collsynth.ir import Algo
 from collsynth.language.lower import lower_to_program
 from collsynth.sim import SimModel, simulate
+from collsynth.sim.simulate import busy_bound_us
 from collsynth.topologies import Topology
 from collsynth.tune.space import Candidate, Config, TuneError
 
@@ -103,6 +104,24 @@ class Evaluator:
         if key not in self._timings:
             self._timings[key] = self._measure(config, size)
         return self._timings[key]
+
+    def bound(self, config: Config, size: int) -> float:
+        """A lower bound on `time(config, size)` that runs no simulation (the busiest link's or switch's total
+        transfer time; collsynth.sim.simulate.busy_bound_us); inf when the configuration cannot be built, 0
+        on a GPU backend (no bound)."""
+        if (config, size) in self._timings:
+            return self._timings[(config, size)].time_us
+        built = self._build(config)
+        if isinstance(built, str):
+            return math.inf
+        if self.backend != "sim":
+            return 0.0
+        try:
+            # less a relative 1e-9: the bound can be tight, and its sum rounds differently from the simulation's
+            return busy_bound_us(replace(built, proto=config.protocol), self.topology, size, dtype=self.dtype,
+                                 model=self.model) * (1 - 1e-9)
+        except CollsynthError:
+            return math.inf
 
     def seen(self, config: Config, size: int) -> bool:
         return (config, size) in self._timings

@@ -55,7 +55,8 @@ class Config:
     merge: str = "contiguous"  # collsynth.language.lower.MERGE_MODES
     fusion: bool = True  # instr_fusion: r+s -> rcs, rrc+s -> rrcs
     pair_threadblocks: bool = True  # a plain send/receive may share another connection's threadblock
-    timed_order: bool = False  # timed (MILP) schedules: a rank's sends through one port in the schedule's order
+    timed_order: bool = False  # lowered schedules: a rank's sends through one port in program order (a MILP
+    # schedule's timing; otherwise the lowering's rotated peer order, which keeps switch ports collision-free)
     timed_merge: bool = False  # timed (MILP) schedules: a link's message runs also grow downwards (fewer alphas)
 
     def label(self) -> str:
@@ -92,7 +93,7 @@ class Grid:
     merge: tuple[str, ...] = MERGE_MODES
     fusion: tuple[bool, ...] = (True, False)
     pair_threadblocks: tuple[bool, ...] = (True, False)
-    timed_order: tuple[bool, ...] = (False, True)  # applies to timed (MILP) schedules only
+    timed_order: tuple[bool, ...] = (False, True)  # MILP schedules, and synthesized ones on switch topologies
     timed_merge: tuple[bool, ...] = (False, True)  # applies to timed (MILP) schedules only
 
     def __post_init__(self) -> None:
@@ -109,7 +110,10 @@ class Grid:
     def values(self, axis: str, candidate: Candidate) -> tuple[Any, ...]:
         if axis == "merge" and not candidate.lowered:
             return ("contiguous",)  # a library program is already a program: nothing to merge
-        if axis in ("timed_order", "timed_merge") and candidate.source != MILP:
+        if axis == "timed_order" and not (candidate.source == MILP or candidate.algorithm is not None
+                                          and candidate.algorithm.topology.switches):
+            return (False,)  # library programs keep their own order; without switch ports an untimed order is moot
+        if axis == "timed_merge" and candidate.source != MILP:
             return (False,)  # nothing timed to keep
         return tuple(getattr(self, axis))
 

@@ -55,3 +55,26 @@ def test_report_shows_model_compiled_and_bound(tmp_path: Path) -> None:
     text = (tmp_path / "report.md").read_text()
     assert "| model (us) | compiled (us) | ratio | bound (us) |" in text
     assert f"{model:.2f} | {model * 1.01:.2f} | 1.010" in text
+
+
+def test_switch_steps_count_one_alpha_per_transfer_through_a_port() -> None:
+    from collsynth.collectives import make_collective
+    from collsynth.regress import port_steps
+    from collsynth.schedule import Algorithm, Send, Step
+    from collsynth.topologies import dgx2, fully_connected
+
+    # one step, every rank sends its chunk to all 15 peers through its one NVSwitch port: 15 transfers a port
+    one_step = Step(15, tuple(Send(r, r, p) for r in range(16) for p in range(16) if p != r))
+    switch = Algorithm("ag", dgx2(), make_collective("allgather", 16, 1), (one_step,))
+    assert port_steps(switch) == 15
+    flat = Algorithm("ag", fully_connected(4), make_collective("allgather", 4, 1),
+                     (Step(3, tuple(Send(r, r, p) for r in range(4) for p in range(4) if p != r)),))
+    assert port_steps(flat) == 1  # no switch: the model's one alpha per step stands
+    # the gate counts the port's alphas: 15 of them at 1KB is the model cost, not one
+    alpha = cost_model(dgx2())[0]
+    point = replace(entry("smt-c1s1r15", {1024: 15 * alpha, GB: 1e9}, source="pareto", shape=(1, 1, 15)),
+                    topology="dgx2", port_steps=15)
+    small = next(c for c in model_checks([point]) if c.size_bytes == 1024)
+    assert small.model_us == pytest.approx(15 * alpha + 15 * 1024 / 16 / (1 << 20) * cost_model(dgx2())[1])
+    assert small.passed
+    assert not next(c for c in model_checks([replace(point, port_steps=None)]) if c.size_bytes == 1024).passed

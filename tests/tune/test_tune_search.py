@@ -81,6 +81,9 @@ class _FakeWalk:
         self.calls.append(config.instances)
         return float((config.instances - 5) ** 2)
 
+    def bound(self, config):
+        return -math.inf  # no lower bound: every step of the walk is timed
+
 
 def test_line_search_follows_unimodal_axis_to_its_minimum():
     walk = _FakeWalk()
@@ -153,6 +156,9 @@ class _CoupledWalk:
     def time(self, config):
         return self.TIMES.get((config.merge, config.fusion, config.pair_threadblocks), 20.0)
 
+    def bound(self, config):
+        return -math.inf
+
 
 def test_descent_changes_merging_fusion_and_pairing_together():
     from collsynth.tune.search import descend
@@ -162,3 +168,16 @@ def test_descent_changes_merging_fusion_and_pairing_together():
     start = Config(candidate.name, "Simple", 1, "stage", True, False)
     best, t = descend(_CoupledWalk(), grid, candidate, start)
     assert (best.merge, best.fusion, best.pair_threadblocks, t) == ("contiguous", False, False, 8.0)
+
+
+@pytest.mark.parametrize("size", [1 << 10, 1 << 30])
+def test_bound_pruning_changes_no_pick_and_saves_simulations(size, monkeypatch):
+    topo = ring(4)
+    cands = candidates(topo, [ring_allgather(4)])
+    pruned = tune_size(Evaluator(topo, cands), size)
+    for config in [c for c, _ in pruned.trace]:  # the bound never exceeds the simulated time
+        assert Evaluator(topo, cands).bound(config, size) <= Evaluator(topo, cands).time(config, size).time_us
+    monkeypatch.setattr(Evaluator, "bound", lambda self, config, size: -math.inf)
+    full = tune_size(Evaluator(topo, cands), size)
+    assert (pruned.best, pruned.timing.time_us) == (full.best, full.timing.time_us)
+    assert pruned.evaluations <= full.evaluations
