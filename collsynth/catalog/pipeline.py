@@ -153,9 +153,18 @@ def _library_candidate(name: str, item: WorkItem) -> Any:
     return Candidate(name, TUNE_LIBRARY, program=build_library_program(name, item.topology, item.variants[0]))
 
 
+def _coalesced(algorithm: Algorithm) -> bool:
+    """Hierarchical compositions lower with a block per message (collsynth.algorithms.hier_lower)."""
+    return algorithm.provenance.get("synthesizer") == "hierarchical"
+
+
 def _algorithm_candidate(name: str, algorithm: Algorithm) -> Any:
     from collsynth.tune import MILP, SYNTHESIZED, Candidate
 
+    if _coalesced(algorithm):  # tuned as its coalesced program (the tuner's own lowering is per chunk)
+        from collsynth.algorithms.hier_lower import lower_composition
+
+        return Candidate(name, SYNTHESIZED, program=lower_composition(algorithm))  # out of place, as the tuner
     timed = any(send.start_us is not None for _, send in algorithm.sends())
     return Candidate(name, MILP if timed else SYNTHESIZED, algorithm=algorithm)
 
@@ -171,6 +180,11 @@ def algorithm_entry_name(source: str, algorithm: Algorithm) -> str:
 def _lower(algorithm: Algorithm, variant: CompileVariant) -> Any:
     from collsynth.language.lower import lower_to_program
 
+    if _coalesced(algorithm):
+        from collsynth.algorithms.hier_lower import lower_composition
+
+        return lower_composition(algorithm, instances=variant.instances, protocol=variant.protocol,
+                                 inplace=variant.inplace or None)
     return lower_to_program(algorithm, instances=variant.instances, protocol=variant.protocol,
                             inplace=variant.inplace or None)
 
