@@ -29,6 +29,10 @@ def test_coalesced_compositions_pass_the_interpreter(name: str) -> None:
         assert sum(op.src.count for op in merged.ops) == sum(op.src.count for op in plain.ops)
         verdict = execute(compile_program(merged), "cpu")
         assert verdict.passed, verdict.message
+        if name == "alltoall":  # the gateway's bulk as one staged message
+            staged = compile_program(lower_composition(algorithm, merge="stage"), "msccl-executor")
+            verdict = execute(staged, "cpu")
+            assert verdict.passed, verdict.message
 
 
 def test_allreduce_blocks_travel_as_one_message_and_run_faster() -> None:

@@ -106,3 +106,17 @@ def test_gateway_alltoall_spreads_node_pairs_over_gpus() -> None:
     assert len(pairs) == 4 * 3  # one message per ordered node pair, from a different GPU for each remote node
     assert len({src for src, _ in pairs}) == 4 * 3 and all(topo.node_of(a) != topo.node_of(b) for a, b in pairs)
     assert len(bulk.sends) == 4 * 3 * 8 * 8 * 2  # each carries every (source, destination) block of the pair
+
+
+def test_gateway_alltoall_beats_the_three_step_program_at_1kb() -> None:
+    from collsynth.algorithms.hier_lower import lower_composition
+    from collsynth.algorithms.registry import build
+    from collsynth.compiler.pipeline import compile_program
+    from collsynth.sim.simulate import simulate
+
+    topo = builtin("4xndv4")
+    result = hierarchical(topo, make_collective("alltoall", 32), 1 << 10, sources=["direct"])
+    [gateway] = [a for a in result.algorithms if a.provenance["plan"] == "gateway"]
+    ours = compile_program(lower_composition(gateway, merge="stage"), "msccl-executor")
+    library = compile_program(build("three_step_alltoall", topo, num_nodes=4), "msccl-executor")
+    assert simulate(ours, topo, [1 << 10]).rows[0].time_us < simulate(library, topo, [1 << 10]).rows[0].time_us
