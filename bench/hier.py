@@ -4,11 +4,13 @@
                                         [--collective allreduce --collective alltoall] [--sources ring,oneshot]
 
 For each (topology, collective): every candidate of `collsynth.synth.cluster.hierarchical` with the given
-phase sources (lowered with `lower_to_program`, in place for AllReduce as the library's `inplace=True`
-form, in each --merge mode, compiled with the default options and with instruction fusion and threadblock
-pairing off, two knobs `collsynth tune` searches) and the library's multi-node
-programs (`hierarchical_allreduce`, `two_step_alltoall`, `three_step_alltoall`), each compiled once and
-simulated at 1 KB..1 GB (x4) under the Simple, LL128 and LL protocols. A side's time at a size is its best
+phase sources, lowered with `lower_composition` (`lower_to_program` with a link's contiguous transfers
+coalesced into one op; `--lowering per-chunk` adds `lower_to_program` as it is), in place for AllReduce as
+the library's `inplace=True` form, in each --merge mode, compiled with the default options and with
+instruction fusion and threadblock pairing off (two knobs `collsynth tune` searches); and the library's
+multi-node programs (`hierarchical_allreduce`, `two_step_alltoall`, `three_step_alltoall`). Both sides are
+compiled for `--target`'s runtime (split to its loader limits; `none`: no limits) and simulated at
+1 KB..1 GB (x4) under the Simple, LL128 and LL protocols. A side's time at a size is its best
 (candidate x merge x protocol); the table prints both sides, the ratio and the winning candidate.
 Simulated times are exact (the simulator's model); the seconds columns are wall-clock and depend on load.
 """
@@ -16,6 +18,7 @@ Simulated times are exact (the simulator's model); the seconds columns are wall-
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import time
 from dataclasses import replace
@@ -56,7 +59,9 @@ def _side(named_irs: list[tuple[str, Any]], topo: Any, failures: list[str]) -> l
     return best
 
 
-def compare(topology: str, collective: str, merges: tuple[str, ...], sources: list[str] | None) -> dict[str, Any]:
+def compare(topology: str, collective: str, merges: tuple[str, ...], sources: list[str] | None,
+            target: str, lowering_modes: tuple[str, ...] = ("coalesced",)) -> dict[str, Any]:
+    from collsynth.algorithms.hier_lower import lower_composition
     from collsynth.algorithms.registry import build
     from collsynth.collectives import make_collective
     from collsynth.compiler.pipeline import compile_program
@@ -75,17 +80,17 @@ def compare(topology: str, collective: str, merges: tuple[str, ...], sources: li
     options: tuple[dict[str, Any], ...] = ({}, {"instr_fusion": False, "pair_threadblocks": False})
     failures: list[str] = []
     ours = []
-    for a in result.algorithms:
-        for merge in merges:
-            for opts in options:
-                name = (f"{a.provenance['plan']}/{a.provenance['node_source']}/{a.provenance['rail_source']}/{merge}"
-                        f"{'/unfused' if opts else ''}")
-                try:
-                    ours.append((name, compile_program(lower_to_program(a, merge=merge, inplace=inplace), **opts)))
-                except CollsynthError as exc:  # e.g. more threadblocks per channel than MSCCL runs
-                    failures.append(f"{name}: {str(exc)[:160]}")
+    lowerings = {"coalesced": lower_composition, "per-chunk": lower_to_program}
+    for a, merge, lowering, opts in itertools.product(result.algorithms, merges, lowering_modes, options):
+        name = (f"{a.provenance['plan']}/{a.provenance['node_source']}/{a.provenance['rail_source']}/{merge}"
+                f"{'/per-chunk' if lowering == 'per-chunk' else ''}{'/unfused' if opts else ''}")
+        try:
+            program = lowerings[lowering](a, merge=merge, inplace=inplace)
+            ours.append((name, compile_program(program, target, **opts)))
+        except CollsynthError as exc:  # e.g. more threadblocks per channel than MSCCL runs
+            failures.append(f"{name}: {str(exc)[:160]}")
     extra = {"inplace": True} if inplace else {}
-    lib = [(name, compile_program(build(name, topo, num_nodes=topo.num_machines, **extra)))
+    lib = [(name, compile_program(build(name, topo, num_nodes=topo.num_machines, **extra), target))
            for name in LIBRARY[collective]]
     compile_s = time.perf_counter() - began
     began = time.perf_counter()
@@ -119,12 +124,16 @@ def main() -> None:
     parser.add_argument("--collective", action="append", default=None)
     parser.add_argument("--merge", action="append", default=None, help="lowering merge modes (contiguous, stage)")
     parser.add_argument("--sources", default=None, help="phase sources, comma-separated (default: hierarchical's)")
+    parser.add_argument("--target", default="msccl-executor", help="runtime both sides are compiled for")
+    parser.add_argument("--lowering", action="append", choices=("coalesced", "per-chunk"), default=None,
+                        help="how compositions are lowered (default coalesced; give both to compare)")
     args = parser.parse_args()
     console = Console()
     for topology in args.topology or ["16xndv4", "64xh100_nvswitch"]:
         for collective in args.collective or ["allreduce", "alltoall"]:
             sources = args.sources.split(",") if args.sources else None
-            row = compare(topology, collective, tuple(args.merge or ("contiguous",)), sources)
+            row = compare(topology, collective, tuple(args.merge or ("contiguous",)), sources, args.target,
+                          tuple(args.lowering or ("coalesced",)))
             console.print(table(row))
             for failure in row["failures"]:
                 console.print(f"not timed: {failure}", soft_wrap=True)

@@ -378,7 +378,14 @@ def _tune_new_sizes(catalog: Catalog, item: WorkItem, name: str, provenance: dic
                     sizes: Sequence[int]) -> dict[str, Any] | None:
     """The entry's provenance with tuning records for `sizes` added (None: the entry was not tuned, or its
     algorithm cannot be rebuilt); each new configuration's XML checked by the interpreter and stored."""
-    from collsynth.catalog.pipeline import TUNED_XML, _algorithm_candidate, _library_candidate, ir_name
+    from collsynth.catalog.pipeline import (
+        TARGET_PARAM,
+        TUNED_XML,
+        _algorithm_candidate,
+        _library_candidate,
+        ir_name,
+        tuning_grid,
+    )
     from collsynth.catalog.plan import LIBRARY
     from collsynth.catalog.store import store_xml, xml_sha256
     from collsynth.schedule import Algorithm
@@ -398,7 +405,7 @@ def _tune_new_sizes(catalog: Catalog, item: WorkItem, name: str, provenance: dic
     warm = record_config(nearest, candidate.name) if nearest is not None else None
     new, by_config = tune_entry_xml(candidate, item.topology, item.collective_name, sizes, dtype=item.dtype,
                                     name=ir_name(item.topology, item.collective_name, name, item.variants[0]),
-                                    warm=warm)
+                                    warm=warm, grid=tuning_grid(item.topology), target=item.param(TARGET_PARAM))
     for record in new:
         record["xml_sha256"] = xml_sha256(by_config[record["config_key"]])
     for text in by_config.values():

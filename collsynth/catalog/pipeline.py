@@ -94,12 +94,27 @@ def run_item(item: WorkItem) -> ItemResult:
 
 
 TUNED_XML = "tuned_xml"  # provenance key of the tuned XML texts, until the builder stores them by hash
+# Past this many ranks one compilation takes seconds to minutes, so the catalog tunes cluster entries on a
+# smaller grid: one instance and contiguous merging, every protocol, fusion and threadblock pairing (the
+# knobs that decide the large sizes there: 4xndv4 AllReduce at 1 GB, 10,701 unfused and unpaired vs 20,487 us).
+CLUSTER_TUNE_RANKS = 64
+
+
+def tuning_grid(topology: Topology) -> Any:
+    """The grid the catalog tunes an entry of `topology` on (see CLUSTER_TUNE_RANKS)."""
+    from collsynth.tune.entry import CATALOG_GRID
+    from collsynth.tune.space import Grid
+
+    if topology.num_ranks <= CLUSTER_TUNE_RANKS:
+        return CATALOG_GRID
+    return Grid(instances=(1,), merge=("contiguous",))
 
 
 def with_tuning(entries: tuple[EntryResult, ...], item: WorkItem,
                 candidate: Callable[[], Any]) -> tuple[EntryResult, ...]:
     """The entries of one algorithm with its tuned configuration per size in their provenance (when at least
-    one of them passed; a tuning failure is recorded, never raised)."""
+    one of them passed; a tuning failure is recorded, never raised). Every configuration is compiled for the
+    item's runtime target (`catalog build --target`), so a configuration that runtime refuses is never picked."""
     if not any(entry.passed for entry in entries):
         return entries
     from collsynth.catalog.store import xml_sha256
@@ -112,7 +127,8 @@ def with_tuning(entries: tuple[EntryResult, ...], item: WorkItem,
         tuned: Any
         tuned, by_config = tune_entry_xml(tuned_candidate, item.topology, item.collective_name, item.sizes,
                                           dtype=item.dtype, name=ir_name(item.topology, item.collective_name,
-                                                                         entries[0].name, entries[0].variant))
+                                                                         entries[0].name, entries[0].variant),
+                                          grid=tuning_grid(item.topology), target=item.param(TARGET_PARAM))
         for record in tuned:  # the XML of each record's configuration; build.py moves it to the XML store
             text = by_config[record["config_key"]]
             record["xml_sha256"] = xml_sha256(text)
@@ -137,9 +153,18 @@ def _library_candidate(name: str, item: WorkItem) -> Any:
     return Candidate(name, TUNE_LIBRARY, program=build_library_program(name, item.topology, item.variants[0]))
 
 
+def _coalesced(algorithm: Algorithm) -> bool:
+    """Hierarchical compositions lower with a block per message (collsynth.algorithms.hier_lower)."""
+    return algorithm.provenance.get("synthesizer") == "hierarchical"
+
+
 def _algorithm_candidate(name: str, algorithm: Algorithm) -> Any:
     from collsynth.tune import MILP, SYNTHESIZED, Candidate
 
+    if _coalesced(algorithm):  # tuned as its coalesced program (the tuner's own lowering is per chunk)
+        from collsynth.algorithms.hier_lower import lower_composition
+
+        return Candidate(name, SYNTHESIZED, program=lower_composition(algorithm))  # out of place, as the tuner
     timed = any(send.start_us is not None for _, send in algorithm.sends())
     return Candidate(name, MILP if timed else SYNTHESIZED, algorithm=algorithm)
 
@@ -155,6 +180,11 @@ def algorithm_entry_name(source: str, algorithm: Algorithm) -> str:
 def _lower(algorithm: Algorithm, variant: CompileVariant) -> Any:
     from collsynth.language.lower import lower_to_program
 
+    if _coalesced(algorithm):
+        from collsynth.algorithms.hier_lower import lower_composition
+
+        return lower_composition(algorithm, instances=variant.instances, protocol=variant.protocol,
+                                 inplace=variant.inplace or None)
     return lower_to_program(algorithm, instances=variant.instances, protocol=variant.protocol,
                             inplace=variant.inplace or None)
 

@@ -30,14 +30,15 @@ def tune_entry(candidate: Candidate, topology: Topology, collective: str, sizes:
 
 
 def tune_entry_xml(candidate: Candidate, topology: Topology, collective: str, sizes: Sequence[int], *,
-                   dtype: str = "float32", grid: Grid = CATALOG_GRID, name: str = "",
-                   warm: Config | None = None) -> tuple[list[dict[str, Any]], dict[str, str]]:
+                   dtype: str = "float32", grid: Grid = CATALOG_GRID, name: str = "", warm: Config | None = None,
+                   target: str | None = None) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """`tune_entry`'s records, and the MSCCL-IR XML of every distinct tuned configuration (key: the record's
     `config_key`), each written only after the reference interpreter passed it. `name`: the XML's name
-    attribute stem; `warm`: the configuration the first size's descent starts from."""
+    attribute stem; `warm`: the configuration the first size's descent starts from; `target`: the runtime every
+    configuration is compiled (split) for, so that no configuration it refuses is picked."""
     from collsynth.emit.msccl_xml import ir_to_xml
 
-    evaluator = Evaluator(topology, [candidate], dtype=dtype)
+    evaluator = Evaluator(topology, [candidate], dtype=dtype, target=target)
     run = tune_sizes(evaluator, collective, sorted(sizes), grid, descents=CATALOG_DESCENTS, warm=warm)
     checked: dict[Config, bool] = {}
     xmls: dict[str, str] = {}

@@ -42,7 +42,8 @@ class Evaluator:
     """Times configurations of some candidates on one topology; caches compiled IRs and timings."""
 
     def __init__(self, topology: Topology, candidates: list[Candidate] | tuple[Candidate, ...], *,
-                 backend: str = "sim", dtype: str = "float32", model: SimModel | None = None) -> None:
+                 backend: str = "sim", dtype: str = "float32", model: SimModel | None = None,
+                 target: str | None = None) -> None:
         if backend not in BACKENDS:
             raise TuneError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
         if backend == "cuda":
@@ -55,6 +56,7 @@ class Evaluator:
         if len(set(names)) != len(names):
             raise TuneError(f"two candidates share a name: {sorted(n for n in names if names.count(n) > 1)[0]!r}")
         self.topology, self.backend, self.dtype = topology, backend, dtype
+        self.target = target  # a runtime (collsynth.core.targets): every configuration compiled (split) for it
         self.model = model or SimModel()
         self.candidates = {c.name: c for c in candidates}
         self._irs: dict[_Build, Algo | str] = {}
@@ -63,7 +65,7 @@ class Evaluator:
     def subset(self, names: list[str] | tuple[str, ...]) -> Evaluator:
         """An evaluator of some of the candidates that shares this one's compiled IRs and timings."""
         sub = Evaluator(self.topology, [self.candidates[n] for n in names], backend=self.backend, dtype=self.dtype,
-                        model=self.model)
+                        model=self.model, target=self.target)
         sub._irs, sub._timings = self._irs, self._timings
         return sub
 
@@ -91,7 +93,8 @@ class Evaluator:
                     assert candidate.program is not None
                     program = candidate.program
                 options: dict[str, Any] = {"aggregate_either_end": True} if config.timed_merge else {}
-                self._irs[key] = compile_program(program, instances=config.instances, instr_fusion=config.fusion,
+                self._irs[key] = compile_program(program, self.target, instances=config.instances,
+                                                 instr_fusion=config.fusion,
                                                  pair_threadblocks=config.pair_threadblocks,
                                                  timed_order=config.timed_order, **options)
             except CollsynthError as exc:

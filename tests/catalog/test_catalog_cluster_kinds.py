@@ -77,3 +77,32 @@ def test_bad_cluster_settings_are_one_line(tmp_path: Path) -> None:
         """))
     with pytest.raises(PlanError, match="size"):
         load_plan(path)
+
+
+def test_hierarchical_entries_are_coalesced_and_tuned(tmp_path: Path) -> None:
+    from collsynth.catalog.pipeline import run_item
+    from collsynth.compiler import compile_program
+    from collsynth.language.lower import lower_to_program
+
+    path = tmp_path / "plan.toml"
+    path.write_text(textwrap.dedent("""
+        sizes = ["1KB", "1MB"]
+        [[synthesizers]]
+        kind = "hierarchical"
+        sources = "direct"
+        [[targets]]
+        topology = "2xndv4"
+        collectives = ["allreduce"]
+        library = false
+        """))
+    [item] = expand_plan(load_plan(path))
+    [algorithm] = synthesize(item).algorithms
+    per_chunk = compile_program(lower_to_program(algorithm)).num_steps
+    result = run_item(item)
+    assert result.ok and result.entries
+    for entry in result.entries:
+        assert entry.passed, entry.message
+        # the node AllGather forwards each block that the rail phase assembled as one message, not per chunk
+        assert entry.ir_stats["steps"] < per_chunk and not entry.variant.inplace
+        records = entry.provenance["tuned"]
+        assert isinstance(records, list) and {r["requested_bytes"] for r in records} == {1 << 10, 1 << 20}

@@ -94,3 +94,27 @@ def test_export_plans_only_entries_the_target_loads(tmp_path: Path) -> None:
         groups = plan_export(catalog, target="msccl-legacy")  # 256 steps: the unsplit ring loads
         assert groups and not groups[0].refused
         write_export(catalog, groups, tmp_path / "legacy", target="msccl-legacy")
+
+
+def test_tuning_compiles_for_the_target(tmp_path: Path) -> None:
+    # the untargeted tuning picks the unsplit 66-step ring, which rccl refuses; for the target it is split
+    from collsynth.catalog.store import load_xml_text
+
+    plan = write_plan(tmp_path, LONG_RING)
+    build_catalog(plan, tmp_path / "t.db", target="rccl")
+    with Catalog(tmp_path / "t.db") as catalog:
+        [entry] = catalog.entries(status="ok")
+        records = entry.provenance["tuned"]
+        assert isinstance(records, list) and {r["requested_bytes"] for r in records} == {64 << 10, 1 << 20}
+        for record in records:
+            assert target_violation(read_xml(load_xml_text(catalog.root, record["xml_sha256"])), "rccl") is None
+
+
+def test_cluster_entries_tune_on_a_smaller_grid() -> None:
+    from collsynth.catalog.pipeline import tuning_grid
+    from collsynth.topologies import resolve_topology
+    from collsynth.tune.entry import CATALOG_GRID
+
+    assert tuning_grid(resolve_topology("dgx1")) == CATALOG_GRID
+    grid = tuning_grid(resolve_topology("16xndv4"))
+    assert grid.instances == (1,) and set(grid.fusion) == set(grid.pair_threadblocks) == {True, False}

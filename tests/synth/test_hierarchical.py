@@ -21,9 +21,12 @@ def test_every_collective_composes_on_two_ndv4_nodes(name: str) -> None:
     for algorithm in result.algorithms:
         verify(algorithm)
         assert algorithm.collective.name == name
-        for _, send in algorithm.sends():  # only the rail phases cross nodes, each GPU on its own rail
-            if topo.node_of(send.src) != topo.node_of(send.dst):
-                assert send.src % 8 == send.dst % 8
+        crossings = {(send.src, send.dst) for _, send in algorithm.sends()
+                     if topo.node_of(send.src) != topo.node_of(send.dst)}
+        if algorithm.provenance["plan"] == "gateway":  # one gateway pair per ordered node pair
+            assert len({(topo.node_of(a), topo.node_of(b)) for a, b in crossings}) == len(crossings) == 2
+        else:  # only the rail phases cross nodes, each GPU on its own rail
+            assert all(a % 8 == b % 8 for a, b in crossings)
         for step in algorithm.steps:  # the rounds are the fewest that fit links and switch budgets
             assert step.rounds == min_rounds(topo, step.sends)
     times = [model_time_us(a, 1 << 24) for a in result.algorithms]
@@ -90,3 +93,30 @@ def test_a_past_deadline_keeps_the_first_candidate_only() -> None:
                           deadline=0.0)
     assert len(result.algorithms) == 1
     assert sum("budget spent" in s.outcome for s in result.stages) == 3
+
+
+def test_gateway_alltoall_spreads_node_pairs_over_gpus() -> None:
+    topo = builtin("4xndv4")
+    result = hierarchical(topo, make_collective("alltoall", 32, 2), 1 << 10, sources=["direct"])
+    [gateway] = [a for a in result.algorithms if a.provenance["plan"] == "gateway"]
+    verify(gateway)
+    assert gateway.num_steps == 3
+    [bulk] = [step for step in gateway.steps if any(topo.node_of(s.src) != topo.node_of(s.dst) for s in step.sends)]
+    pairs = {(s.src, s.dst) for s in bulk.sends}
+    assert len(pairs) == 4 * 3  # one message per ordered node pair, from a different GPU for each remote node
+    assert len({src for src, _ in pairs}) == 4 * 3 and all(topo.node_of(a) != topo.node_of(b) for a, b in pairs)
+    assert len(bulk.sends) == 4 * 3 * 8 * 8 * 2  # each carries every (source, destination) block of the pair
+
+
+def test_gateway_alltoall_beats_the_three_step_program_at_1kb() -> None:
+    from collsynth.algorithms.hier_lower import lower_composition
+    from collsynth.algorithms.registry import build
+    from collsynth.compiler.pipeline import compile_program
+    from collsynth.sim.simulate import simulate
+
+    topo = builtin("4xndv4")
+    result = hierarchical(topo, make_collective("alltoall", 32), 1 << 10, sources=["direct"])
+    [gateway] = [a for a in result.algorithms if a.provenance["plan"] == "gateway"]
+    ours = compile_program(lower_composition(gateway, merge="stage"), "msccl-executor")
+    library = compile_program(build("three_step_alltoall", topo, num_nodes=4), "msccl-executor")
+    assert simulate(ours, topo, [1 << 10]).rows[0].time_us < simulate(library, topo, [1 << 10]).rows[0].time_us

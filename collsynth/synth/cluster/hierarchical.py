@@ -9,10 +9,11 @@ on the group's sub-topology and replicated over the groups, each phase chunk sta
 chunks. A phase step becomes one global step whose rounds are the fewest that fit the global links and
 switch budgets. The result is a step-based `Algorithm` (lowered and compiled like the SMT ones), verified.
 
-Every (plan, node source, rail source) combination that applies is a candidate; `algorithms` holds them
-all, best first by the alpha-beta model time at the requested size (`model_time_us`). Which one is fastest
-in simulation depends on the size (direct phases have the fewest steps, rings the fewest bytes per NIC
-message): the catalog keeps each, and per size range the fastest simulated wins.
+Every (plan, node source, rail source) combination that applies is a candidate, and for AllToAll also the
+three-step gateway composition (`hier_gateway`: one bulk message per node pair, for small sizes);
+`algorithms` holds them all, best first by the alpha-beta model time at the requested size
+(`model_time_us`). Which one is fastest in simulation depends on the size (direct phases have the fewest
+steps, rings the fewest bytes per NIC message): the catalog keeps each, and per size range the fastest simulated wins.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from collsynth.collectives import Collective
 from collsynth.core.costs import MIB
 from collsynth.core.enums import Status
 from collsynth.schedule import Algorithm, Send, StageReport, Step, SynthesisResult, verify
+from collsynth.synth.cluster.hier_gateway import gateway_alltoall
 from collsynth.synth.cluster.hier_phases import PHASE_SOURCES, min_rounds, phase_schedule
 from collsynth.synth.cluster.hier_plans import PLANS, Groups, Phase
 from collsynth.synth.cluster.timexp import GreedyError
@@ -155,6 +157,20 @@ def _candidates(topology: Topology, collective: Collective, groups: Groups, sour
     return out, stages
 
 
+def _gateway_candidate(topology: Topology, collective: Collective,
+                       groups: Groups) -> tuple[list[Algorithm], StageReport]:
+    """AllToAll only: the three-step gateway composition (hier_gateway), few large inter-node messages."""
+    began = time.perf_counter()
+    name = f"hier-alltoall-{topology.name}-gateway-direct-direct"
+    algorithm = gateway_alltoall(topology, collective, groups, name)
+    if algorithm is None:
+        return [], StageReport("gateway", time.perf_counter() - began, "does not apply")
+    algorithm = replace(algorithm, provenance={
+        "synthesizer": "hierarchical", "plan": "gateway", "node_source": "direct", "rail_source": "direct",
+        "phases": ["node gather", "gateway bulk", "node scatter"]})
+    return [algorithm], StageReport("gateway", time.perf_counter() - began, f"{algorithm.num_steps} steps")
+
+
 def hierarchical(topology: Topology, collective: Collective, size_bytes: int = 1 << 30, *,
                  sources: Sequence[str] | None = None, time_limit: float = 20.0,
                  deadline: float | None = None) -> SynthesisResult:
@@ -173,6 +189,9 @@ def hierarchical(topology: Topology, collective: Collective, size_bytes: int = 1
     began = time.perf_counter()
     groups = groups_of(topology)
     found, stages = _candidates(topology, collective, groups, sources, time_limit, deadline)
+    if collective.name == "alltoall" and (not found or deadline is None or time.perf_counter() <= deadline):
+        extra, report = _gateway_candidate(topology, collective, groups)
+        found, stages = found + extra, stages + [report]
     if not found:
         raise GreedyError(f"hierarchical: no phase source applies to {topology.name} (missing links inside a "
                           "node or a rail); use `synth greedy`")
