@@ -195,7 +195,6 @@ def check_program(name: str, variant: CompileVariant, build: Callable[[], Any], 
                   target: str | None = None) -> EntryResult:
     """Build (or lower) the program, compile it (for `target`'s runtime when given: split to its limits, or
     refused naming the limit), interpret it and simulate it: one entry."""
-    from collsynth.compiler import compile_program
     from collsynth.runtime import execute
 
     chunks, steps, rounds = shape
@@ -209,7 +208,9 @@ def check_program(name: str, variant: CompileVariant, build: Callable[[], Any], 
         seconds[stage] = time.perf_counter() - started
         stage = "compile"
         started = time.perf_counter()
-        ir = compile_program(program) if target is None else compile_program(program, target)
+        ir, fallback = _compile(program, target)
+        if fallback:
+            base.provenance["compile_options"] = fallback
         ir = replace(ir, name=ir_name(topology, program.collective.name, name, variant))
         seconds[stage] = time.perf_counter() - started
         stage = "interpret"
@@ -235,6 +236,26 @@ def check_program(name: str, variant: CompileVariant, build: Callable[[], Any], 
         return replace(base, stage=stage, message=f"internal error: {_describe(exc)}")
     base.provenance["seconds"] = {k: round(v, 4) for k, v in seconds.items()}
     return replace(base, passed=True, message=verdict.message, xml=xml, ir_stats=stats, times=times)
+
+
+UNFUSED_UNPAIRED = {"instr_fusion": False, "pair_threadblocks": False}
+
+
+def _compile(program: Any, target: str | None) -> tuple[Algo, dict[str, bool]]:
+    """Compile with the default options; when that is refused, once more unfused and unpaired (one
+    threadblock per connection side), the form in which compositions at 64 nodes fit a channel's 32
+    threadblocks. The first refusal is the one reported when neither fits. Returns the IR and the options
+    that differ from the defaults (recorded in the entry's provenance)."""
+    from collsynth.compiler import compile_program
+
+    try:
+        return compile_program(program, target), {}
+    except CollsynthError as refused:
+        try:
+            return (compile_program(program, target, instr_fusion=False, pair_threadblocks=False),
+                    dict(UNFUSED_UNPAIRED))
+        except CollsynthError:
+            raise refused from None
 
 
 def simulate_points(ir: Algo, topology: Topology, sizes: Sequence[int], dtype: str) -> tuple[SimPoint, ...]:
