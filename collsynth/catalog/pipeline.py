@@ -249,10 +249,10 @@ def _compile(program: Any, target: str | None) -> tuple[Algo, dict[str, bool]]:
     from collsynth.compiler import compile_program
 
     try:
-        return compile_program(program, target), {}
+        return (compile_program(program) if target is None else compile_program(program, target)), {}
     except CollsynthError as refused:
         try:
-            return (compile_program(program, target, instr_fusion=False, pair_threadblocks=False),
+            return (compile_program(program, target=target, instr_fusion=False, pair_threadblocks=False),
                     dict(UNFUSED_UNPAIRED))
         except CollsynthError:
             raise refused from None
