@@ -23,6 +23,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any
@@ -99,8 +100,17 @@ class SafeStartPool(ProcessPoolExecutor):
                          initializer=functools.partial(_start_worker, initializer))
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        """As `ProcessPoolExecutor.submit`; a worker that cannot be started raises `BrokenProcessPool`.
+
+        When a worker dies, the pool's manager thread closes the pool's pipes while `submit` may be spawning a
+        replacement; the spawn then passes a closed (or already reused) descriptor and fails with ValueError
+        ("bad value(s) in fds_to_keep") or OSError. That is the pool breaking, not the caller's error, so it is
+        reported the way every other broken pool is."""
         with interrupts_held():
-            return super().submit(fn, *args, **kwargs)
+            try:
+                return super().submit(fn, *args, **kwargs)
+            except (ValueError, OSError) as error:
+                raise BrokenProcessPool(f"a worker could not be started: {error}") from error
 
 
 def stop_pool(pool: ProcessPoolExecutor, grace_s: float = 5.0) -> None:

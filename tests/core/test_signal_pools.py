@@ -157,3 +157,25 @@ def test_a_pool_that_is_not_interrupted_runs_its_work(tmp_path: Path) -> None:
     parent = _run_parent(tmp_path)
     out, err = parent.communicate(timeout=120)
     assert parent.returncode == 0 and "answers [32, 9]" in out, err
+
+
+@pytest.mark.parametrize("start_error", [ValueError("bad value(s) in fds_to_keep"), OSError("handle is closed")])
+def test_a_worker_that_cannot_be_started_breaks_the_pool(monkeypatch, start_error: Exception) -> None:
+    """A worker dies; the manager thread closes the pool's pipes while `submit` spawns a replacement, and the
+    spawn fails on a closed descriptor (seen in CI as ValueError from fork_exec). Callers restart broken pools,
+    so the failure must reach them as BrokenProcessPool, not as a ValueError that ends the command."""
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    from collsynth.core.signals import SafeStartPool
+
+    def failing_spawn(self) -> None:
+        raise start_error
+
+    monkeypatch.setattr(ProcessPoolExecutor, "_adjust_process_count", failing_spawn)
+    pool = SafeStartPool(1)
+    try:
+        with pytest.raises(BrokenProcessPool, match="could not be started"):
+            pool.submit(abs, -1)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
