@@ -15,6 +15,7 @@ Without a GPU it prints one "no GPU" line and exits 0.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 
@@ -75,6 +76,7 @@ def main() -> int:
     parser.add_argument("--verify-max", default="64MB", help="largest size checked bit for bit against the CPU")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--json", default=None, help="also write every run (each instance count) to this file")
     args = parser.parse_args()
     try:
         cp = import_cupy()
@@ -96,7 +98,8 @@ def main() -> int:
               f"{'algbw GB/s':>10} {'busbw GB/s':>10} {'mem GB/s':>9} {'% copy':>7}  check")
     print(header)
     print("-" * len(header))
-    findings = {"bw": [], "latency": None}
+    findings: dict = {"bw": [], "latency": None}
+    runs: list[dict] = []
     for coll_name, algo, build, factor, size_is_output in CASES:
         capacity = runner.sm_count  # one block per SM at the largest block size
         wide = max_instances(build, n, capacity)
@@ -115,6 +118,9 @@ def main() -> int:
                     continue
                 finally:
                     cp.get_default_memory_pool().free_all_blocks()
+                runs.append({"collective": coll_name, "algorithm": algo, "size": size, "nbytes_per_rank": nbytes,
+                             "instances": instances, "seconds": result.seconds, "passed": result.passed,
+                             **dict(result.extras)})
                 if best is None or result.seconds < best[1].seconds:
                     best = (instances, result)
             if best is None:
@@ -135,6 +141,10 @@ def main() -> int:
                 findings["bw"].append((coll_name, algo, size, share))
             if coll_name == "AllReduce" and algo == "all-pairs" and size == 1 << 10:
                 findings["latency"] = seconds * 1e6
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"device": runner.device_name, "sm_count": runner.sm_count, "ranks": n,
+                       "copy_bytes_per_s": copy_bw, "runs": runs}, out, indent=1)
     if findings["bw"]:
         worst = min(findings["bw"], key=lambda row: row[3])
         verdict = "met" if worst[3] >= 80 else "NOT met"

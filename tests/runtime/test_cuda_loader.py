@@ -9,6 +9,7 @@ assembly of backend.py and bench/cuda.py on machines without a GPU.
 import ctypes
 import importlib.util
 import itertools
+import json
 import re
 import sys
 import time
@@ -245,13 +246,13 @@ def test_results_carry_the_cpu_verdict_layout(fake_cupy):
     assert result.verdict().endswith("backend=cuda")
 
 
-def test_bench_runs_end_to_end(fake_cupy, capsys, monkeypatch):
+def test_bench_runs_end_to_end(fake_cupy, capsys, monkeypatch, tmp_path):
     spec = importlib.util.spec_from_file_location("bench_cuda", Path(__file__).parents[2] / "bench" / "cuda.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     fake_cupy.blocks_per_sm = 16  # room for the wide (many-instance) variants
     monkeypatch.setattr(sys, "argv", ["bench/cuda.py", "--ranks", "4", "--max-size", "4KB", "--iters", "1",
-                                      "--warmup", "0", "--verify-max", "1KB"])
+                                      "--warmup", "0", "--verify-max", "1KB", "--json", str(tmp_path / "runs.json")])
     assert bench.main() == 0
     out = capsys.readouterr().out
     assert "device: Fake GPU, 4 SMs" in out
@@ -260,3 +261,7 @@ def test_bench_runs_end_to_end(fake_cupy, capsys, monkeypatch):
     assert all("PASS (cpu)" in row for row in rows if " 1KB " in row)
     assert all("PASS (postcondition)" in row for row in rows if " 4KB " in row)
     assert "target < 15 us for a 1KB 4-rank all-pairs AllReduce" in out
+    recorded = json.loads((tmp_path / "runs.json").read_text())
+    assert recorded["device"] == "Fake GPU" and recorded["ranks"] == 4
+    assert len(recorded["runs"]) >= len(rows)  # every instance count that ran, not just the best
+    assert {run["size"] for run in recorded["runs"]} == {1024, 4096}
