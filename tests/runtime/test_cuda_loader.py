@@ -3,7 +3,7 @@
 The stand-in decodes the launch parameters exactly as the kernel's signature declares them (pointer,
 int64, int32 and uint64 values read back from the ctypes parameter array), so these tests check the
 argument order and types, the device arrays, the residency plan, the deadlock report and the result
-assembly of backend.py and bench/cuda.py on machines without a GPU.
+assembly of backend.py and bench/cuda_backend.py on machines without a GPU.
 """
 
 import ctypes
@@ -75,7 +75,7 @@ class FakeEvent:
 
 
 class FakeCupy(types.ModuleType):
-    """Just the CuPy surface backend.py and bench/cuda.py use."""
+    """Just the CuPy surface backend.py and bench/cuda_backend.py use."""
 
     uint64, int64, uint32, float32 = np.uint64, np.int64, np.uint32, np.float32
 
@@ -97,7 +97,7 @@ class FakeCupy(types.ModuleType):
 
         class RawModule:
             def __init__(self, code, options=()):
-                assert "collsynth_interp" in code and not options
+                assert ("collsynth_interp" in code or "collsynth_empty" in code) and not options
 
             def get_function(self, name):
                 return Function(name)
@@ -148,6 +148,10 @@ class FakeCupy(types.ModuleType):
 
     def launch(self, mode, func, gx, gy, gz, bx, by, bz, smem, stream, params_address):
         """Decode the parameters as the kernel declares them and run the kernel's model on the arrays."""
+        if self.functions[func] == "collsynth_empty":  # the bench's launch-floor kernel: no parameters
+            assert params_address == 0
+            self.launches.append((mode, gx, bx))
+            return
         pointers = (ctypes.c_void_p * len(self.params)).from_address(params_address)
         args = {name: ctype.from_address(pointers[i]).value for i, (ctype, name) in enumerate(self.params)}
         arr = {name: self.arrays[args[name]].a for name in
@@ -247,15 +251,17 @@ def test_results_carry_the_cpu_verdict_layout(fake_cupy):
 
 
 def test_bench_runs_end_to_end(fake_cupy, capsys, monkeypatch, tmp_path):
-    spec = importlib.util.spec_from_file_location("bench_cuda", Path(__file__).parents[2] / "bench" / "cuda.py")
+    spec = importlib.util.spec_from_file_location("bench_cuda", Path(__file__).parents[2] / "bench" / "cuda_backend.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     fake_cupy.blocks_per_sm = 16  # room for the wide (many-instance) variants
-    monkeypatch.setattr(sys, "argv", ["bench/cuda.py", "--ranks", "4", "--max-size", "4KB", "--iters", "1",
-                                      "--warmup", "0", "--verify-max", "1KB", "--json", str(tmp_path / "runs.json")])
+    monkeypatch.setattr(sys, "argv", ["bench/cuda_backend.py", "--ranks", "4", "--max-size", "4KB", "--iters", "1",
+                                      "--warmup", "0", "--verify-max", "1KB", "--json", str(tmp_path / "runs.json"),
+                                      "--copy-size", "64KB"])
     assert bench.main() == 0
     out = capsys.readouterr().out
     assert "device: Fake GPU, 4 SMs" in out
+    assert "empty kernel, launched the same way (event to event): 8 blocks" in out
     rows = [line for line in out.splitlines() if line.startswith(("AllGather", "AllReduce", "AllToAll"))]
     assert len(rows) == 4 * 2  # 4 algorithms x (1KB, 4KB)
     assert all("PASS (cpu)" in row for row in rows if " 1KB " in row)
@@ -265,3 +271,15 @@ def test_bench_runs_end_to_end(fake_cupy, capsys, monkeypatch, tmp_path):
     assert recorded["device"] == "Fake GPU" and recorded["ranks"] == 4
     assert len(recorded["runs"]) >= len(rows)  # every instance count that ran, not just the best
     assert {run["size"] for run in recorded["runs"]} == {1024, 4096}
+
+
+def test_bench_cases_selects_collectives_and_algorithms(fake_cupy, capsys, monkeypatch):
+    spec = importlib.util.spec_from_file_location("bench_cuda", Path(__file__).parents[2] / "bench" / "cuda_backend.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    monkeypatch.setattr(sys, "argv", ["bench/cuda_backend.py", "--ranks", "4", "--max-size", "1KB", "--iters", "1",
+                                      "--warmup", "0", "--copy-size", "64KB", "--cases", "alltoall,AllReduce/ring"])
+    assert bench.main() == 0
+    rows = [line.split()[:2] for line in capsys.readouterr().out.splitlines()
+            if line.startswith(("AllGather", "AllReduce", "AllToAll"))]
+    assert rows == [["AllReduce", "ring"], ["AllToAll", "all-pairs"]]

@@ -30,6 +30,10 @@ typedef unsigned long long u64;
 #define CS_STEP_DEP_NSTEPS 6
 #define CS_STEP_PUBLISH 7
 
+// A block's step rows are copied into shared memory at start (all threads at once: one memory latency
+// instead of one per step on the critical path) when it has at most this many steps; else read in place.
+#define CS_SHARED_STEPS 64
+
 #define CS_BLOCK_COLS 8
 #define CS_BLOCK_RANK 0
 #define CS_BLOCK_TB 1
@@ -347,13 +351,22 @@ __device__ void interpret(typename R::Bits* data, typename R::Bits* fifo, const 
   Bits* recv_slots = recv_conn >= 0 ? fifo + conns[(i64)recv_conn * CS_CONN_COLS + CS_CONN_SLOT_BASE] : fifo;
   const Watchdog dog = {abort_flag, budget_ns};
   const bool vec = vectorize != 0;
+  __shared__ i64 step_rows[CS_SHARED_STEPS * CS_STEP_COLS];
+  const bool rows_shared = nsteps <= CS_SHARED_STEPS;
+  if (rows_shared) {
+    for (int k = threadIdx.x; k < nsteps * CS_STEP_COLS; k += blockDim.x) {
+      step_rows[k] = steps[first * CS_STEP_COLS + k];
+    }
+  }
+  __syncthreads();
+  const i64* rows = rows_shared ? step_rows : steps + first * CS_STEP_COLS;
   u64 sent = 0, received = 0;  // messages this block wrote / consumed (uniform across its threads)
 
   for (i64 t = 0; t < ntiles; ++t) {
     const i64 offset = t * piece_elems;
     const i64 len = piece_elems < chunk_elems - offset ? piece_elems : chunk_elems - offset;
     for (int s = 0; s < nsteps; ++s) {
-      const i64* st = steps + (first + s) * CS_STEP_COLS;
+      const i64* st = rows + (i64)s * CS_STEP_COLS;
       const int type = (int)st[CS_STEP_TYPE];
       const int cnt = (int)st[CS_STEP_CNT];
       const bool sends = type == CS_SEND || type == CS_RCS || type == CS_RRS || type == CS_RRCS;

@@ -1,4 +1,4 @@
-"""CUDA interpreter on one GPU: `.venv/bin/python bench/cuda.py` (needs the gpu extra and an NVIDIA GPU).
+"""CUDA interpreter on one GPU: `.venv/bin/python bench/cuda_backend.py` (needs the gpu extra and an NVIDIA GPU).
 
 8-rank AllGather (ring), AllReduce (ring and all-pairs) and AllToAll (all-pairs), 1 KB to 1 GB per rank
 (nccl-tests sizes: the per-rank buffer; for AllGather the gathered output). Every rank lives on the one
@@ -54,6 +54,32 @@ def copy_bandwidth(cp, nbytes: int, repeats: int = 10) -> float:
     return nbytes / statistics.median(times[2:])
 
 
+# The copy that stands for the device's memory bandwidth: large enough to reach it (a 64 KB copy measured 9.5 GB/s
+# on an H200, 1 GB 2,100 GB/s), and the same whatever sizes the run covers.
+COPY_PROBE_DEFAULT = "1GB"
+EMPTY_KERNEL = 'extern "C" __global__ void collsynth_empty() {}'
+
+
+def launch_floor(runner: CudaRunner, nblocks: int, threads: int = 512, repeats: int = 50) -> float:
+    """Seconds from start event to end event around an empty kernel launched as the interpreter is (cooperative
+    where the GPU has it, `nblocks` blocks): the part of every measured time that no program can avoid."""
+    cp = runner.cp
+    kernel = cp.RawModule(code=EMPTY_KERNEL).get_function("collsynth_empty")
+    driver, stream = cp.cuda.driver, cp.cuda.get_current_stream()
+    times = []
+    for _ in range(repeats + 5):
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record(stream)
+        if runner.cooperative:
+            driver.launchCooperativeKernel(kernel.kernel.ptr, nblocks, 1, 1, threads, 1, 1, 0, stream.ptr, 0)
+        else:
+            driver.launchKernel(kernel.kernel.ptr, nblocks, 1, 1, threads, 1, 1, 0, stream.ptr, 0, 0)
+        end.record(stream)
+        end.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
+    return statistics.median(times[5:])
+
+
 def max_instances(build, n: int, capacity: int) -> int:
     """The most instances (a power of two) whose threadblocks fit `capacity` resident blocks."""
     k = 1
@@ -76,6 +102,11 @@ def main() -> int:
     parser.add_argument("--verify-max", default="64MB", help="largest size checked bit for bit against the CPU")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--copy-size", default=COPY_PROBE_DEFAULT,
+                        help="size of the device-to-device copy that measures the memory bandwidth")
+    parser.add_argument("--cases", default=None,
+                        help="comma-separated COLLECTIVE or COLLECTIVE/algorithm to run (default: all), "
+                             "e.g. AllToAll,AllReduce/all-pairs")
     parser.add_argument("--json", default=None, help="also write every run (each instance count) to this file")
     args = parser.parse_args()
     try:
@@ -91,16 +122,22 @@ def main() -> int:
         sizes.append(size)
         size *= 4
     runner = CudaRunner()
-    copy_bw = copy_bandwidth(cp, min(hi, 1 << 30))
+    copy_bw = copy_bandwidth(cp, parse_size(args.copy_size))
     print(f"device: {runner.device_name}, {runner.sm_count} SMs; device-to-device copy: {copy_bw / 1e9:.1f} GB/s "
           f"({2 * copy_bw / 1e9:.1f} GB/s read+write)")
     header = (f"{'collective':<10} {'algorithm':<10} {'size':>7} {'inst':>4} {'blocks':>6} {'time (us)':>11} "
               f"{'algbw GB/s':>10} {'busbw GB/s':>10} {'mem GB/s':>9} {'% copy':>7}  check")
+    floors = {blocks: launch_floor(runner, blocks) for blocks in (8, 64, 128)}
+    print("empty kernel, launched the same way (event to event): "
+          + ", ".join(f"{blocks} blocks {seconds * 1e6:.2f} us" for blocks, seconds in floors.items()))
+    wanted = [case.strip().lower() for case in args.cases.split(",")] if args.cases else None
     print(header)
     print("-" * len(header))
     findings: dict = {"bw": [], "latency": None}
     runs: list[dict] = []
     for coll_name, algo, build, factor, size_is_output in CASES:
+        if wanted is not None and coll_name.lower() not in wanted and f"{coll_name}/{algo}".lower() not in wanted:
+            continue
         capacity = runner.sm_count  # one block per SM at the largest block size
         wide = max_instances(build, n, capacity)
         for size in sizes:
@@ -144,6 +181,7 @@ def main() -> int:
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"device": runner.device_name, "sm_count": runner.sm_count, "ranks": n,
+                       "empty_kernel_seconds": {str(blocks): seconds for blocks, seconds in floors.items()},
                        "copy_bytes_per_s": copy_bw, "runs": runs}, out, indent=1)
     if findings["bw"]:
         worst = min(findings["bw"], key=lambda row: row[3])

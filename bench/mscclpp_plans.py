@@ -2,9 +2,9 @@
 collsynth.sim.mscclpp for the plan; one set of link tables), on ndv4 and h100_nvswitch; then the
 switch-channel 2PA against the memory-channel 2PA.
 
-    nice .venv/bin/python bench/mscclpp.py
-    nice .venv/bin/python bench/mscclpp.py --topology h100_nvswitch --sizes 1KB,1MB
-    nice .venv/bin/python bench/mscclpp.py --lowered   # also every library AllReduce: IR vs its lowered plans
+    nice .venv/bin/python bench/mscclpp_plans.py
+    nice .venv/bin/python bench/mscclpp_plans.py --topology h100_nvswitch --sizes 1KB,1MB
+    nice .venv/bin/python bench/mscclpp_plans.py --lowered   # also every library AllReduce: IR vs its lowered plans
 
 Prints predicted times (us) per size: the IR's, the plan's and the plan's cut (1 - plan / IR), and the wall time of
 building (compile, lower, interpret) every plan. Times are model predictions, not measurements.
