@@ -103,3 +103,12 @@ def test_timing_is_reported(runner):
     assert float(extras["kernel_us_min"]) <= float(extras["kernel_us_median"]) == pytest.approx(result.seconds * 1e6,
                                                                                                rel=1e-3)
     assert int(extras["blocks"]) == 8 and extras["launch"].startswith(("cooperative", "normal"))
+
+
+def test_blocks_longer_than_the_shared_step_rows_read_the_table_in_place(runner):
+    """Blocks of up to 64 steps copy their step rows to shared memory; a 40-rank ring AllReduce has 78 steps
+    per block, so it takes the other path."""
+    ir = ring_allreduce(40)
+    assert max(len(tb.steps) for gpu in ir.gpus for tb in gpu.tbs) > 64
+    result = runner.execute(prepare(ir, nbytes=40 * 4 * 64, seed=3), warmup=0, iters=1)
+    assert result.passed, str(result)
