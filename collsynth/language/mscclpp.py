@@ -129,6 +129,10 @@ class MSCCLPPProgram:
                                "which nobody wrote; write data there first")
         return Ref(self, slot)
 
+    def holds_data(self, rank: int, buffer: BufferLike, index: int) -> bool:
+        """Whether (rank, buffer, index) holds data yet; a rank, buffer or index outside the program raises."""
+        return self.state.first_unwritten(self.slot(rank, buffer, index, 1, creating=False)) is None
+
     def target(self, ref: Ref, rank: int, buffer: BufferLike | None, index: int) -> Slot:
         """Where an op that names (rank, buffer, index) lands, with MSCCLang's defaults for the omitted parts."""
         if buffer is None and index == -1:
