@@ -4,8 +4,12 @@
 `ring(size)`, `line(size)`, `star(size)`, `hub_and_spoke(size)`, `dgx1()`, `dgx_a100()`, `amd4()`,
 `amd8()`, `nvlink_only()`) and transformers (`reverse_topology`, `binarize_topology`), returning our
 `Topology`, which also answers MSCCLang's Topology methods (`num_nodes()` = ranks, `nodes()`, `link()` = bandwidth,
-`sources`, `destinations`, `bandwidth_constraints`; model.py). `collsynth.topologies.distributed` is MSCCLang's
-`msccl.topologies.distributed`.
+`sources`, `destinations`, `bandwidth_constraints`; model.py). MSCCLang's submodules have their namesakes:
+`collsynth.topologies.distributed`, `.generic`, `.nvidia`, `.amd`, `.transformers`, `.topology`.
+
+The machine builders are MSCCLang's models, which are not always collsynth's: `dgx_a100()` is MSCCLang's
+bandwidth-12 full mesh without switch budgets and `amd8()` its 5/6-link mesh, while the built-ins of those names
+(`builtin("dgx_a100")` = `ndv4()`, `builtin("amd8")` = `mi300x()`) are collsynth's models of the machines.
 """
 
 from collsynth.topologies.draw import draw_topology
@@ -28,6 +32,7 @@ from collsynth.topologies.library import (
     hypercube,
     line,
     mesh2d,
+    mi300x,
     multi_node,
     ndv2,
     ndv4,
@@ -42,7 +47,7 @@ from collsynth.topologies.transformers import binarize_topology, reverse_topolog
 __all__ = [
     "BUILTINS", "BUILTIN_TOPOLOGIES", "LINK_CLASSES", "BuiltinTopology", "Link", "LinkClass", "Switch", "Topology",
     "TopologyError", "amd4", "amd8", "builtin", "dgx1", "dgx2", "dgx_a100", "draw_topology", "fully_connected",
-    "h100_nvswitch", "hub_and_spoke", "hypercube", "line", "links_from_matrix", "load_topology", "mesh2d",
+    "h100_nvswitch", "hub_and_spoke", "hypercube", "line", "links_from_matrix", "load_topology", "mesh2d", "mi300x",
     "multi_node", "ndv2", "ndv4", "nvlink_only", "resolve_topology", "ring", "save_topology", "star", "torus",
     "binarize_topology", "reverse_topology",
 ]

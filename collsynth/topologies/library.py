@@ -252,10 +252,6 @@ def ndv4() -> Topology:
                           "Azure NDv4 / DGX A100: 8x A100 on NVSwitch, 8 IB HDR NICs (one per GPU)")
 
 
-def dgx_a100() -> Topology:
-    """DGX A100 (same machine as Azure NDv4)."""
-    return ndv4()
-
 
 def h100_nvswitch() -> Topology:
     """DGX/HGX H100: 8 H100 on NVSwitch, 8 NDR NICs (one per GPU)."""
@@ -271,14 +267,46 @@ def amd4() -> Topology:
                     description="4x MI50/MI60, Infinity Fabric ring (2 xGMI links per GPU)")
 
 
-def amd8() -> Topology:
-    """8 MI300X on the OAM platform: fully connected, one xGMI link between every pair (7 per GPU)."""
+def mi300x() -> Topology:
+    """8 MI300X on the OAM platform: fully connected, one xGMI link between every pair (7 per GPU); the built-in
+    `amd8` (MSCCLang's `amd8()` is another model, below)."""
     pairs = [(s, d) for s in range(8) for d in range(s + 1, 8)]
     return Topology("amd8", 8, _symmetric(pairs, XGMI_MI300X),
                     description="8x MI300X, Infinity Fabric full mesh (7 xGMI links per GPU)")
 
 
 # --- MSCCLang compatibility (msccl.topologies) -----------------------------------------------------
+
+def dgx_a100() -> Topology:
+    """MSCCLang's `dgx_a100()` (msccl/topologies/nvidia.py): 8 GPUs, every ordered pair linked with bandwidth 12
+    (the A100's 12 NVLinks, which NVSwitch lets any one peer use), no switch budgets. Each link costs an A100
+    NVSwitch port under the alpha-beta model. collsynth's model of the machine, with one port budget per GPU and
+    direction, is the built-in `ndv4` (also named `dgx_a100` by `builtin()`)."""
+    links = tuple(NVSWITCH_A100.link(s, d, 12) for s in range(8) for d in range(8) if s != d)
+    return Topology("DGX_A100", 8, links,
+                    description="MSCCLang's DGX A100: bandwidth 12 between every pair of 8 GPUs, no switch budgets")
+
+
+# MSCCLang's AMD8 (msccl/topologies/amd.py): xGMI links per pair, symmetric, 5 or 6.
+MSCCLANG_AMD8_LINKS = (
+    (0, 5, 6, 6, 5, 6, 5, 5),
+    (5, 0, 5, 5, 6, 5, 6, 6),
+    (6, 5, 0, 6, 5, 6, 5, 5),
+    (6, 5, 6, 0, 5, 6, 5, 5),
+    (5, 6, 5, 5, 0, 5, 6, 6),
+    (6, 5, 6, 6, 5, 0, 5, 5),
+    (5, 6, 5, 5, 6, 5, 0, 6),
+    (5, 6, 5, 5, 6, 5, 6, 0),
+)
+
+
+def amd8() -> Topology:
+    """MSCCLang's `amd8()`: 8 GPUs, every pair joined by 5 or 6 Infinity Fabric links (bandwidth 5 or 6), each
+    link costed as one MI50-class xGMI link. The built-in `amd8` is collsynth's MI300X platform (`mi300x()`)."""
+    return Topology("AMD8", 8, links_from_matrix(MSCCLANG_AMD8_LINKS, alpha_us=XGMI_MI50.alpha_us,
+                                                 beta_us_per_mb=XGMI_MI50.beta_us_per_mb, kind=XGMI_MI50.kind),
+                    description="MSCCLang's AMD8: 5 or 6 xGMI links between every pair of 8 GPUs")
+
 
 def nvlink_only(nvidia_smi_topo: str | None = None) -> Topology:
     """The NVLinks of this machine, from the text of `nvidia-smi topo -m` (run it when not given):
@@ -413,7 +441,7 @@ BUILTIN_TOPOLOGIES: MappingProxyType[str, BuiltinTopology] = MappingProxyType({s
     BuiltinTopology("h100_nvswitch", h100_nvswitch, "", (0,), _fixed(8), "8",
                     "8x H100 on NVSwitch (NVLink4), 8 NDR NICs", "2xh100_nvswitch", IB_NDR),
     BuiltinTopology("amd4", amd4, "", (0,), _fixed(4), "4", "4x MI50/MI60, Infinity Fabric ring", "amd4"),
-    BuiltinTopology("amd8", amd8, "", (0,), _fixed(8), "8", "8x MI300X, Infinity Fabric full mesh", "amd8"),
+    BuiltinTopology("amd8", mi300x, "", (0,), _fixed(8), "8", "8x MI300X, Infinity Fabric full mesh", "amd8"),
 )})
 
 # name -> (builder, number of integer parameters) -- the original contract, kept for callers that use it.

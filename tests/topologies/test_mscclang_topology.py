@@ -86,3 +86,91 @@ def test_transformers_reverse_and_binarize() -> None:
     assert flat.name == f"Binarized{dgx1().name}"
     assert flat.switches == () and {flat.link(0, d) for d in flat.destinations(0)} == {1}
     assert list(flat.destinations(0)) == list(dgx1().destinations(0))
+
+
+# msccl-tools' link matrices, links[dst][src] (msccl/topologies/nvidia.py dgx1() and dgx_a100(), sccl/topologies/amd.py
+# amd4() and amd8() at microsoft/msccl-tools 215ec98), written out here as the reference the builders must equal
+MSCCL_DGX1 = [[0, 2, 1, 1, 2, 0, 0, 0], [2, 0, 1, 2, 0, 1, 0, 0], [1, 1, 0, 2, 0, 0, 2, 0], [1, 2, 2, 0, 0, 0, 0, 1],
+              [2, 0, 0, 0, 0, 2, 1, 1], [0, 1, 0, 0, 2, 0, 1, 2], [0, 0, 2, 0, 1, 1, 0, 2], [0, 0, 0, 1, 1, 2, 2, 0]]
+MSCCL_DGX_A100 = [[0 if d == s else 12 for s in range(8)] for d in range(8)]
+MSCCL_AMD4 = [[0, 1, 1, 0], [1, 0, 0, 1], [1, 0, 0, 1], [0, 1, 1, 0]]
+MSCCL_AMD8 = [[0, 5, 6, 6, 5, 6, 5, 5], [5, 0, 5, 5, 6, 5, 6, 6], [6, 5, 0, 6, 5, 6, 5, 5], [6, 5, 6, 0, 5, 6, 5, 5],
+              [5, 6, 5, 5, 0, 5, 6, 6], [6, 5, 6, 6, 5, 0, 5, 5], [5, 6, 5, 5, 6, 5, 0, 6], [5, 6, 5, 5, 6, 5, 6, 0]]
+
+
+def _matrix(topo: Topology) -> list[list[int]]:
+    return [[topo.link(src, dst) for src in topo.nodes()] for dst in topo.nodes()]
+
+
+@pytest.mark.parametrize("module, name, want", [
+    ("nvidia", "dgx1", MSCCL_DGX1), ("nvidia", "dgx_a100", MSCCL_DGX_A100),
+    ("amd", "amd4", MSCCL_AMD4), ("amd", "amd8", MSCCL_AMD8)])
+def test_machine_builders_have_mscclang_links(module: str, name: str, want: list[list[int]]) -> None:
+    import importlib
+
+    topo = getattr(importlib.import_module(f"collsynth.topologies.{module}"), name)()
+    assert topo is not None and _matrix(topo) == want
+    assert topo.switches == ()  # none of MSCCLang's machine models has switch budgets
+    assert getattr(importlib.import_module("collsynth.topologies"), name)().fingerprint() == topo.fingerprint()
+
+
+def test_builtins_of_the_same_names_stay_collsynths_machine_models() -> None:
+    from collsynth.topologies import builtin, dgx_a100, mi300x, ndv4
+
+    assert builtin("dgx_a100").fingerprint() == ndv4().fingerprint() != dgx_a100().fingerprint()
+    assert builtin("amd8").fingerprint() == mi300x().fingerprint()
+    assert len(ndv4().switches) == 16  # one port budget per GPU and direction
+
+
+def test_generic_module_is_mscclangs() -> None:
+    from collsynth.topologies.generic import fully_connected as fc
+    from collsynth.topologies.generic import hub_and_spoke as hs
+    from collsynth.topologies.generic import line, star
+    from collsynth.topologies.topology import Topology as MscclTopology
+
+    assert MscclTopology is Topology
+    assert _matrix(fc(3)) == [[0, 1, 1], [1, 0, 1], [1, 1, 0]]
+    assert _matrix(line(3)) == [[0, 1, 0], [1, 0, 1], [0, 1, 0]]
+    assert _matrix(star(3)) == [[0, 1, 1], [1, 0, 0], [1, 0, 0]] and star(3).switches == ()
+    # MSCCLang's blocking star: ([0], points, 1, ...) and (points, [0], 1, ...); hub and spoke: one pair per rank
+    assert sorted(tuple(s)[:3] for s in star(3, non_blocking=False).switches) == [([0], [1, 2], 1), ([1, 2], [0], 1)]
+    assert sorted(tuple(s)[:3] for s in hs(3).switches) == sorted(
+        [([r], [o for o in range(3) if o != r], 1) for r in range(3)] + [([o for o in range(3) if o != r], [r], 1)
+                                                                        for r in range(3)])
+
+
+def test_mscclang_dgx1_program_runs_with_its_imports_changed(capsys) -> None:
+    """msccl-tools examples/mscclang/allreduce_dgx1.py (2 nodes), imports changed from msccl. to collsynth.; its
+    `c.reduce(rank, buffer, index)` / `c.send(...)` are the older SCCLang spelling that msccl-tools' current Ref
+    no longer has, written here as current MSCCLang's `chunk(...).reduce(c)` / `c.copy(...)`."""
+    from collsynth.language import XML, Buffer, Check, MSCCLProgram, chunk
+    from collsynth.language.collectives import AllReduce
+    from collsynth.topologies.distributed import distributed_fully_connected
+    from collsynth.topologies.nvidia import dgx1
+
+    num_nodes, num_local_gpus = 2, 8
+    topology = distributed_fully_connected(dgx1(), num_nodes, 1)
+    size = topology.num_nodes()
+    local_ring_order = [1, 3, 2, 6, 7, 5, 4, 0]
+
+    def rank(n: int, g: int) -> int:
+        return local_ring_order[g] + n * num_local_gpus
+
+    def reduce_into(c, r: int):
+        return chunk(r, Buffer.input, 0).reduce(c)
+
+    with MSCCLProgram("allreduce_ring_dgx1", topology, AllReduce(size, 1, True), 1):
+        for n in range(num_nodes):
+            c = chunk(rank(n, 0), Buffer.input, 0)
+            for g in range(1, 8):
+                c = reduce_into(c, rank(n, g))
+        chunk(0, Buffer.input, 0).copy(9, "scratch", 0)
+        reduce_into(chunk(8, Buffer.input, 0).copy(1, "scratch", 0), 0)
+        reduce_into(chunk(9, "scratch", 0), 8)
+        for n in range(num_nodes):
+            c = chunk(rank(n, 7), Buffer.input, 0)
+            for g in range(6, -1, -1):
+                c = c.copy(rank(n, g), Buffer.input, 0)
+        XML()
+        assert Check()
+    assert "<algo" in capsys.readouterr().out
