@@ -12,6 +12,7 @@ bandwidth-12 full mesh without switch budgets and `amd8()` its 5/6-link mesh, wh
 (`builtin("dgx_a100")` = `ndv4()`, `builtin("amd8")` = `mi300x()`) are collsynth's models of the machines.
 """
 
+from collsynth.topologies.amd import amd8
 from collsynth.topologies.draw import draw_topology
 from collsynth.topologies.io import load_topology, resolve_topology, save_topology
 from collsynth.topologies.library import (
@@ -21,11 +22,9 @@ from collsynth.topologies.library import (
     BuiltinTopology,
     LinkClass,
     amd4,
-    amd8,
     builtin,
     dgx1,
     dgx2,
-    dgx_a100,
     fully_connected,
     h100_nvswitch,
     hub_and_spoke,
@@ -42,6 +41,7 @@ from collsynth.topologies.library import (
     torus,
 )
 from collsynth.topologies.model import Link, Switch, Topology, TopologyError, links_from_matrix
+from collsynth.topologies.nvidia import dgx_a100
 from collsynth.topologies.transformers import binarize_topology, reverse_topology
 
 __all__ = [

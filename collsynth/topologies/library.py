@@ -277,37 +277,6 @@ def mi300x() -> Topology:
 
 # --- MSCCLang compatibility (msccl.topologies) -----------------------------------------------------
 
-def dgx_a100() -> Topology:
-    """MSCCLang's `dgx_a100()` (msccl/topologies/nvidia.py): 8 GPUs, every ordered pair linked with bandwidth 12
-    (the A100's 12 NVLinks, which NVSwitch lets any one peer use), no switch budgets. Each link costs an A100
-    NVSwitch port under the alpha-beta model. collsynth's model of the machine, with one port budget per GPU and
-    direction, is the built-in `ndv4` (also named `dgx_a100` by `builtin()`)."""
-    links = tuple(NVSWITCH_A100.link(s, d, 12) for s in range(8) for d in range(8) if s != d)
-    return Topology("DGX_A100", 8, links,
-                    description="MSCCLang's DGX A100: bandwidth 12 between every pair of 8 GPUs, no switch budgets")
-
-
-# MSCCLang's AMD8 (msccl/topologies/amd.py): xGMI links per pair, symmetric, 5 or 6.
-MSCCLANG_AMD8_LINKS = (
-    (0, 5, 6, 6, 5, 6, 5, 5),
-    (5, 0, 5, 5, 6, 5, 6, 6),
-    (6, 5, 0, 6, 5, 6, 5, 5),
-    (6, 5, 6, 0, 5, 6, 5, 5),
-    (5, 6, 5, 5, 0, 5, 6, 6),
-    (6, 5, 6, 6, 5, 0, 5, 5),
-    (5, 6, 5, 5, 6, 5, 0, 6),
-    (5, 6, 5, 5, 6, 5, 6, 0),
-)
-
-
-def amd8() -> Topology:
-    """MSCCLang's `amd8()`: 8 GPUs, every pair joined by 5 or 6 Infinity Fabric links (bandwidth 5 or 6), each
-    link costed as one MI50-class xGMI link. The built-in `amd8` is collsynth's MI300X platform (`mi300x()`)."""
-    return Topology("AMD8", 8, links_from_matrix(MSCCLANG_AMD8_LINKS, alpha_us=XGMI_MI50.alpha_us,
-                                                 beta_us_per_mb=XGMI_MI50.beta_us_per_mb, kind=XGMI_MI50.kind),
-                    description="MSCCLang's AMD8: 5 or 6 xGMI links between every pair of 8 GPUs")
-
-
 def nvlink_only(nvidia_smi_topo: str | None = None) -> Topology:
     """The NVLinks of this machine, from the text of `nvidia-smi topo -m` (run it when not given):
     a cell `NV<k>` between two GPUs is k NVLinks."""
