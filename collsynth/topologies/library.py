@@ -341,7 +341,7 @@ def multi_node(node: Topology, copies: int, network: LinkClass = IB_EDR, *, name
     for k in range(copies):
         base = k * g
         links += [Link(base + x.src, base + x.dst, x.bandwidth, x.alpha_us, x.beta_us_per_mb, x.kind)
-                  for x in node.links]
+                  for x in node.link_list]
         switches += [Switch(f"node{k}.{s.name}", frozenset((base + a, base + b) for a, b in s.links), s.bandwidth,
                             s.beta_us_per_mb) for s in node.switches]
     for src in range(total):

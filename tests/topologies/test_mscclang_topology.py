@@ -174,3 +174,81 @@ def test_mscclang_dgx1_program_runs_with_its_imports_changed(capsys) -> None:
         XML()
         assert Check()
     assert "<algo" in capsys.readouterr().out
+
+
+def test_links_is_mscclangs_matrix_and_link_list_is_ours() -> None:
+    topo = dgx1()
+    assert len(topo.links) == topo.num_nodes() == 8 and topo.links == tuple(tuple(row) for row in MSCCL_DGX1)
+    assert all(topo.links[d][s] == topo.link(s, d) for s in topo.nodes() for d in topo.nodes())
+    assert all(isinstance(x, Link) for x in topo.link_list) and len(topo.link_list) == 32
+    with pytest.raises(TypeError):  # a Topology does not change under its users
+        topo.links[0][1] = 5
+
+
+def test_switches_read_as_mscclangs_tuples() -> None:
+    hub = hub_and_spoke(3)
+    out0 = next(s for s in hub.switches if s[0] == [0])
+    assert len(out0) == 4 and out0[1] == [1, 2] and out0[2] == 1 and isinstance(out0[3], str)
+    assert list(hub.bandwidth_constraints())[-len(hub.switches):] == [tuple(s) for s in hub.switches]
+
+
+def test_distributed_copies_mscclangs_matrix() -> None:
+    """msccl-tools' distributed_fully_connected: remote_bw between copies, the local matrix inside each copy."""
+    local = Topology("pair", [[0, 2], [3, 0]])
+    two = distributed.distributed_fully_connected(local, 2, 4)
+    want = [[4 if s // 2 != d // 2 else local.links[d % 2][s % 2] for s in range(4)] for d in range(4)]
+    assert two.links == tuple(tuple(row) for row in want)
+
+
+def test_a_program_that_routes_over_the_matrix_runs(capsys) -> None:
+    """MSCCLang-style user code that reads `topology.links[dst][src]` to route an AllGather over breadth-first trees
+    of DGX-1's NVLinks, checked in the reference interpreter."""
+    from collsynth.language import XML, Buffer, Check, MSCCLProgram, chunk
+    from collsynth.language.collectives import AllGather
+
+    topology = dgx1()
+    size = topology.num_nodes()
+
+    def tree_edges(root: int) -> list[tuple[int, int]]:
+        seen, frontier, edges = {root}, [root], []
+        while frontier:
+            nxt = []
+            for u in frontier:
+                for v, row in enumerate(topology.links):
+                    if row[u] and v not in seen:
+                        seen.add(v)
+                        nxt.append(v)
+                        edges.append((u, v))
+            frontier = nxt
+        return edges
+
+    with MSCCLProgram("bfs_allgather", topology, AllGather(size, 1, False), 1):
+        for root in range(size):
+            chunk(root, Buffer.input, 0).copy(root, Buffer.output, root)
+            for u, v in tree_edges(root):
+                chunk(u, Buffer.output, root).copy(v, Buffer.output, root)
+        XML()
+        assert Check()
+    assert "<algo" in capsys.readouterr().out
+
+
+def test_no_stage_reads_a_topologys_links_as_collsynths_links() -> None:
+    """`.links` is MSCCLang's matrix; collsynth code means `link_list` (same length only by accident, so `len()` of
+    the wrong one would pass silently)."""
+    import ast
+    from pathlib import Path
+
+    import collsynth
+
+    root = Path(collsynth.__file__).parent
+    wrong = []
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "model.py" and path.parent.name == "topologies":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "links":
+                base = node.value
+                name = base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else ""
+                if name in ("topology", "topo", "topology_", "local_topology"):
+                    wrong.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert not wrong, f"use .link_list (collsynth's links) at: {wrong}"
