@@ -49,6 +49,48 @@ def test_allreduce_ring_example(capsys, size: int, instances: int) -> None:
     assert plan["name"] == "allreduce_ring" and len(plan["gpus"]) == size
 
 
+def test_allreduce_allpairs_get_example(capsys) -> None:
+    """python/examples/allreduce_allpairs_get.py, body unchanged: reduce from peers, then get their sums."""
+    size = gpus = 4
+    collective = AllReduce(size, gpus * gpus, True)
+    with MSCCLPPProgram("allreduce_pairs", collective, size, 1, protocol="Simple"):
+        for rank in range(size):
+            for tb in range(size):
+                index = rank * size
+                c = chunk(rank, Buffer.input, index + tb)
+                for nghr in range(size):
+                    peer_index = nghr * size
+                    if rank != nghr:
+                        c_peer = chunk(rank, Buffer.input, peer_index + tb)
+                        c_peer.signal(nghr, Buffer.input, peer_index + tb, sendtb=tb)
+                for nghr in range(size):
+                    if rank != nghr:
+                        c.wait(nghr, Buffer.input, index + tb, recvtb=tb)
+                for i in range(size):
+                    nghr = (rank + i) % size
+                    if rank != nghr:
+                        c.reduce(chunk(nghr, Buffer.input, index + tb), recvtb=tb)
+                for nghr in range(size):
+                    if rank != nghr:
+                        c.signal(nghr, Buffer.input, index + tb, sendtb=tb)
+        for rank in range(size):
+            for tb in range(size):
+                for nghr in range(size):
+                    if rank != nghr:
+                        index = nghr * size
+                        c = chunk(rank, Buffer.input, index + tb)
+                        c.wait(nghr, Buffer.input, index + tb, recvtb=tb)
+                for i in range(size):
+                    nghr = (rank + i) % size
+                    index = nghr * size
+                    if rank != nghr:
+                        c = chunk(rank, Buffer.input, index + tb)
+                        c.get(nghr, Buffer.input, index + tb, recvtb=tb)
+        Json()
+        assert Check()
+    assert len(_plan(capsys)["gpus"]) == size
+
+
 def test_allreduce_allpairs_packet_example(capsys) -> None:
     """python/examples/allreduce_allpairs_packet.py (LL), body unchanged."""
     size = gpus = 4
