@@ -296,6 +296,7 @@ def Json() -> None:  # noqa: N802 - MSCCLang's name
 #   being on first use, as in MSCCLang, so declaring one is optional; a name the DSL cannot use is refused here.
 # - `Print()`: prints the open program's traced operations, one per line (MSCCLang prints its chunk DAG).
 # - `Ref`: MSCCLang's name for the chunk reference that `chunk()` and `copy()` return (our ChunkRef).
+# - `written_chunk()` (ours, not MSCCLang's): chunk() for code that needs the data there, typed as never None.
 #
 # - MSCCLang's MSCCL++ half (`MSCCLPPProgram`, `Json()`, `Ref.put/get/signal/wait/...`, `ChannelType`,
 #   `ReplicationPolicy`): language/mscclpp.py; `chunk()` and `Check()` serve whichever program is open.
