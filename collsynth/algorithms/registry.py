@@ -134,7 +134,7 @@ def _lacks_links(entry: LibraryEntry, topology: Topology, params: Mapping[str, A
     """Whether the program needs links the topology lacks: build it on a fully connected copy of the
     topology (same ranks and nodes) and compare the links its copies use."""
     n = topology.num_ranks
-    full = replace(topology, links=tuple(Link(s, d) for s in range(n) for d in range(n) if s != d), switches=())
+    full = replace(topology, link_list=tuple(Link(s, d) for s in range(n) for d in range(n) if s != d), switches=())
     program = entry.builder(full, **params)
     return any(not topology.has_link(op.src.rank, op.dst.rank) for op in program.ops if op.src.rank != op.dst.rank)
 

@@ -54,7 +54,10 @@ def run_dsl_file(path: str, args: tuple[str, ...] | list[str]) -> list[Any]:
     except Exception as exc:  # the user's program failed: one line naming its line, no traceback
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve() == target.resolve()]
         at = f"{target.name}:{frames[-1].lineno}: " if frames else f"{target.name}: "
-        raise CompileError(f"{at}{type(exc).__name__}: {exc}") from None
+        hint = ""
+        if isinstance(exc, AttributeError) and str(exc).startswith("'NoneType' object"):
+            hint = " (chunk() returns None for a slot nobody wrote yet, as in MSCCLang; write data there first)"
+        raise CompileError(f"{at}{type(exc).__name__}: {exc}{hint}") from None
     finally:
         sys.argv = saved_argv
         sys.path[:] = saved_path

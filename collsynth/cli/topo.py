@@ -54,9 +54,9 @@ def list_command() -> None:
 
 
 def _summary(topology: Topology) -> str:
-    kinds = Counter(link.kind for link in topology.links)
+    kinds = Counter(link.kind for link in topology.link_list)
     lines = [f"{topology.name}: {topology.description}" if topology.description else topology.name,
-             f"ranks {topology.num_ranks}, nodes {topology.num_machines}, links {len(topology.links)} ("
+             f"ranks {topology.num_ranks}, nodes {topology.num_machines}, links {len(topology.link_list)} ("
              + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) + f"), switch budgets {len(topology.switches)}",
              f"fingerprint {topology.fingerprint()}"]
     return "\n".join(lines)
@@ -77,7 +77,7 @@ def show_command(name: str, show_all: bool, as_json: bool) -> None:
     console.print(_summary(topology))
     limit = None if show_all else DEFAULT_LINK_ROWS
 
-    links = sorted(topology.links, key=lambda x: (x.src, x.dst))
+    links = sorted(topology.link_list, key=lambda x: (x.src, x.dst))
     table = Table(title="Links", title_justify="left")
     for column in ("src", "dst", "kind", "bandwidth", "alpha us", "beta us/MB"):
         table.add_column(column, justify="left" if column == "kind" else "right")
@@ -146,7 +146,7 @@ def draw_command(name: str, output: str) -> None:
     topology = resolve_topology(name)
     DRAW_RANKS.check(topology.num_ranks, f"topo draw {name}")
     path = draw_topology(topology, output)
-    click.echo(f"wrote {path} ({topology.name}: {topology.num_ranks} ranks, {len(topology.links)} links)")
+    click.echo(f"wrote {path} ({topology.name}: {topology.num_ranks} ranks, {len(topology.link_list)} links)")
 
 
 COMMANDS = (topo,)

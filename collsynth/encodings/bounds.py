@@ -108,7 +108,7 @@ def lower_bound_rounds_per_chunk(topology: Topology, collective: Collective) -> 
     if not groups:
         return Fraction(0)
     flows = sum(_commodity_count(collective, members[0]) for members in groups.values())
-    if flows * len(topology.links) > MAX_FLOW_COLUMNS:  # e.g. 1024-rank AllReduce: ~4e9 columns
+    if flows * len(topology.link_list) > MAX_FLOW_COLUMNS:  # e.g. 1024-rank AllReduce: ~4e9 columns
         return cut_bound_rounds_per_chunk(topology, collective)
     representative = {c: members[0] for members in groups.values() for c in members}
     lp = _FlowLP(topology)
@@ -169,7 +169,7 @@ class _FlowLP:
 
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
-        self.links = [(link.src, link.dst) for link in topology.links]
+        self.links = [(link.src, link.dst) for link in topology.link_list]
         self.rows: list[Row[ColumnKey]] = []  # over column keys; merged into orbit columns when solved
         self.load: dict[tuple[int, int], dict[tuple, float]] = defaultdict(dict)  # link -> usage column -> weight
 

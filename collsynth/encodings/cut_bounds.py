@@ -49,7 +49,7 @@ class CutBound:
 class _Cuts:
     def __init__(self, topology: Topology, collective: Collective, chunk_mb: float) -> None:
         self.n = topology.num_ranks
-        links = topology.links
+        links = topology.link_list
         self.src = np.array([x.src for x in links], dtype=np.int64)
         self.dst = np.array([x.dst for x in links], dtype=np.int64)
         self.rate = np.array([1.0 / x.beta_us_per_mb for x in links])  # MB per us
@@ -172,7 +172,7 @@ def cut_bound_rounds_per_chunk(topology: Topology, collective: Collective) -> Fr
     """max over ranks of (chunks in / in-bandwidth, chunks out / out-bandwidth), per chunk of the collective."""
     n = topology.num_ranks
     bw_in, bw_out = [0] * n, [0] * n
-    for link in topology.links:
+    for link in topology.link_list:
         bw_in[link.dst] += link.bandwidth
         bw_out[link.src] += link.bandwidth
     need_in, need_out = [0] * n, [0] * n

@@ -125,7 +125,7 @@ def build_instance(topology: Topology, collective: Collective, sketch: Sketch, c
         for arc in res_switch.links:
             res_beta[arc] = max(res_beta.get(arc, 0.0), res_switch.beta_us_per_mb)
     link_cost, link_alpha, link_beta = {}, {}, {}
-    for link in topology.links:
+    for link in topology.link_list:
         arc = (link.src, link.dst)
         beta = max(link.beta_us_per_mb, res_beta.get(arc, 0.0)) * megabytes
         link_alpha[arc] = link.alpha_us
@@ -195,7 +195,7 @@ def _chunk_graph(topology: Topology, sketch: Sketch, gpus: int, sources: tuple[i
             allowed = sketch.senders_of(s % gpus)
             allowed_senders.update((s // gpus) * gpus + a for a in (allowed or ()))
     out: dict[int, list[int]] = {r: [] for r in range(topology.num_ranks)}
-    for link in topology.links:
+    for link in topology.link_list:
         u, v = link.src, link.dst
         if u // gpus == v // gpus or (u // gpus in src_nodes and (u % gpus, v % gpus) in pairs
               and (allowed_senders is None or u in allowed_senders)):

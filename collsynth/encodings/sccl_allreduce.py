@@ -114,7 +114,7 @@ class AllReduceEncoding(StepEncoding):
                                       if far != float("inf") else f"{self.topology.name} is not connected")
             return
         chunks = range(self.collective.num_chunks)
-        links = [(x.src, x.dst) for x in self.topology.links]
+        links = [(x.src, x.dst) for x in self.topology.link_list]
         send_keys = [(c, u, v, t) for c in chunks for t in range(steps) for u, v in links]
         has_keys = [(c, r, t, j) for c in chunks for t in range(1, steps + 1) for r in range(n) for j in range(n)]
         rep_send = orbits(send_keys, self._moves_on(lambda g, k: (g[1][k[0]], g[0][k[1]], g[0][k[2]], k[3])))

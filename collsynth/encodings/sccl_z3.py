@@ -155,7 +155,7 @@ class StepEncoding:
         # A step never needs more rounds than its busiest link or switch could be asked to carry.
         for t in range(self.steps):
             need = 1
-            for link in self.topology.links:
+            for link in self.topology.link_list:
                 need = max(need, ceil(len(self.link_sends.get((link.src, link.dst, t), ())) / link.bandwidth))
             for switch in self.topology.switches:
                 total = sum(len(self.link_sends.get((a, b, t), ())) for a, b in switch.links)
@@ -276,7 +276,7 @@ class SCCLEncoding(StepEncoding):
                 return []
             to_dest = distances_to(self.topology, dests)
             for t in range(self.steps):
-                for link in self.topology.links:
+                for link in self.topology.link_list:
                     u, v = link.src, link.dst
                     if from_pre[u] <= t and v not in pre and t + 1 + to_dest[v] <= self.steps:
                         keys.append((c, u, v, t))

@@ -210,12 +210,29 @@ def _current(what: str) -> MSCCLProgram:
     return program
 
 
-def chunk(rank: int, buffer: Buffer | str, index: int, size: int = 1) -> ChunkRef:
+def chunk(rank: int, buffer: Buffer | str, index: int, size: int = 1) -> ChunkRef | None:
     """A reference to `size` chunks at (rank, buffer, index) of the open program (MSCCLProgram or
-    MSCCLPPProgram, as MSCCLang's chunk() serves both)."""
+    MSCCLPPProgram, as MSCCLang's chunk() serves both); None when the slot at `index` holds no data yet, as
+    MSCCLang answers (microsoft/msccl-tools msccl/language/__init__.py: `chunk()` returns None when
+    `buffers[rank][buffer][index] is None`), so programs can test `chunk(...) is None`. A rank, buffer or
+    index outside the program still raises, as there."""
     mscclpp = CURRENT_MSCCLPP.get()
     if mscclpp is not None and _CURRENT.get() is None:
+        if not mscclpp.holds_data(rank, buffer, index):
+            return None
         # an MSCCL++ Ref (language/mscclpp.py); typed as ChunkRef so that MSCCLang programs stay checked
+        return mscclpp.get_ref(rank, buffer, index, size)  # type: ignore[return-value]
+    builder = _current("chunk").builder
+    if not builder.holds_data(rank, buffer, index):
+        return None
+    return builder.chunk(rank, buffer, index, size)
+
+
+def written_chunk(rank: int, buffer: Buffer | str, index: int, size: int = 1) -> ChunkRef:
+    """chunk() for code that needs the data there: a reference, or ProgramError naming the slot nobody wrote
+    (collsynth's own programs and routines use it under the name `chunk`)."""
+    mscclpp = CURRENT_MSCCLPP.get()
+    if mscclpp is not None and _CURRENT.get() is None:
         return mscclpp.get_ref(rank, buffer, index, size)  # type: ignore[return-value]
     return _current("chunk").builder.chunk(rank, buffer, index, size)
 
@@ -279,6 +296,7 @@ def Json() -> None:  # noqa: N802 - MSCCLang's name
 #   being on first use, as in MSCCLang, so declaring one is optional; a name the DSL cannot use is refused here.
 # - `Print()`: prints the open program's traced operations, one per line (MSCCLang prints its chunk DAG).
 # - `Ref`: MSCCLang's name for the chunk reference that `chunk()` and `copy()` return (our ChunkRef).
+# - `written_chunk()` (ours, not MSCCLang's): chunk() for code that needs the data there, typed as never None.
 #
 # - MSCCLang's MSCCL++ half (`MSCCLPPProgram`, `Json()`, `Ref.put/get/signal/wait/...`, `ChannelType`,
 #   `ReplicationPolicy`): language/mscclpp.py; `chunk()` and `Check()` serve whichever program is open.
@@ -311,5 +329,5 @@ __all__ = [
     "Print", "Ref", "create_scratch",
     "Buffer", "Check", "Chunk", "ChunkOp", "ChunkRef", "MSCCLProgram", "Program", "ProgramBuilder",
     "ProgramError", "ProgramOptions", "ReduceChunk", "Slot", "SymbolicState", "ThreadblockPolicy", "XML",
-    "alias_slot", "check_postcondition", "chunk", "evaluate", "run_symbolic", "validate_program",
+    "alias_slot", "check_postcondition", "chunk", "evaluate", "run_symbolic", "validate_program", "written_chunk",
 ]

@@ -125,6 +125,12 @@ class ProgramBuilder:
                                f"rank {rank} {slot.buffer}[{missing}], which nobody wrote; copy data there first")
         return ChunkRef(self, slot, self._versions(slot), line)
 
+    def holds_data(self, rank: int, buffer: BufferLike, index: int) -> bool:
+        """Whether (rank, buffer, index) holds data yet; a rank, buffer or index outside the program raises."""
+        line, file = caller_location()
+        slot = self._slot(rank, buffer, index, 1, line, file, creating=False)
+        return self.state.first_unwritten(slot) is None
+
     def _slot(self, rank: int, buffer: BufferLike, index: int, size: int, line: int, file: str, *,
               creating: bool, alias_rank: int | None = None) -> Slot:
         n = self.collective.num_ranks

@@ -36,7 +36,7 @@ from collsynth.language.context import OPEN_PROGRAM, open_program
 from collsynth.language.mscclpp_plan import DslOp, lower_plan
 from collsynth.language.program import ProgramError, Slot, alias_slot, buffer_size
 from collsynth.language.symbolic import SymbolicState
-from collsynth.language.types import PLAN_CHANNEL, ChannelType, ReplicationPolicy
+from collsynth.language.types import PLAN_CHANNEL, ChannelType, DataFormat, ReplicationPolicy
 from collsynth.topologies import Topology, fully_connected
 
 CURRENT_MSCCLPP: ContextVar[MSCCLPPProgram | None] = ContextVar("collsynth_mscclpp_program", default=None)
@@ -128,6 +128,10 @@ class MSCCLPPProgram:
             raise ProgramError(f"chunk({rank}, {slot.buffer}, {index}) reads rank {rank} {slot.buffer}[{missing}], "
                                "which nobody wrote; write data there first")
         return Ref(self, slot)
+
+    def holds_data(self, rank: int, buffer: BufferLike, index: int) -> bool:
+        """Whether (rank, buffer, index) holds data yet; a rank, buffer or index outside the program raises."""
+        return self.state.first_unwritten(self.slot(rank, buffer, index, 1, creating=False)) is None
 
     def target(self, ref: Ref, rank: int, buffer: BufferLike | None, index: int) -> Slot:
         """Where an op that names (rank, buffer, index) lands, with MSCCLang's defaults for the omitted parts."""
@@ -270,7 +274,19 @@ class Ref:
 
     def put_packet(self, dst: int, buffer: BufferLike | None = None, index: int = -1, sendtb: int = -1,
                    chan_type: ChannelType = ChannelType.sm, temp_buffer: BufferLike | None = None,
-                   temp_buffer_index: int = -1) -> Ref:
+                   temp_buffer_index: int = -1, *, src_format: DataFormat = DataFormat.raw) -> Ref:
+        """LL packets into rank dst; `src_format=DataFormat.packet` (MSCCL++'s DSL) forwards packets that arrived
+        here as they are (read-put-packet) instead of packing data."""
+        if src_format is DataFormat.packet:
+            if chan_type is ChannelType.proxy:
+                raise ProgramError(f"{self}: put_packet of packet-format data over a proxy (port) channel is not "
+                                   "supported; forward packets over a memory (sm) channel")
+            self._remote(dst, "put to")
+            target = self.prog.target(self, dst, buffer, index)
+            self.prog.state.copy(self.slot, target)
+            self.prog.record(self.rank, sendtb, DslOp("rppkt", PLAN_CHANNEL[chan_type], dst, [_operand(self.slot)],
+                                                      [_operand(target)]))
+            return Ref(self.prog, target)
         ref = self
         if chan_type is ChannelType.proxy:  # a port channel DMAs bytes: turn the data into packets here first
             if temp_buffer is None:

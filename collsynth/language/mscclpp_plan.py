@@ -54,7 +54,7 @@ class TracedProgram(Protocol):
     scratch: list[dict[str, int]]
     tbs: dict[tuple[int, int], list[DslOp]]
 _REMOTE_SRC = {"get": 0, "rre": 1}  # which source operand is read from the peer
-_REMOTE_DST = ("put", "ppkt", "pws", "pwsf")
+_REMOTE_DST = ("put", "ppkt", "rppkt", "pws", "pwsf")
 
 
 class _Layout:

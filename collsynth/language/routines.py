@@ -11,7 +11,9 @@ the ring, starting at its owner, then copies the sum around the ring in place, o
 
 from __future__ import annotations
 
-from collsynth.language import Buffer, chunk
+# MSCCLang's chunk() answers None for an empty slot; these programs only read written ones
+from collsynth.language import Buffer
+from collsynth.language import written_chunk as chunk
 
 
 def allgather_ring_inplace(gpus: int, gpu_offset: int = 0, index_offset: int = 0, ch: int = 0) -> None:

@@ -21,6 +21,9 @@ class ChannelType(Enum):
     sm = "sm"
     none = "none"
     nvls = "nvls"
+    # MSCCL++'s own DSL renamed the two (python/mscclpp/language/types.py): the same members under those names
+    port = "proxy"
+    memory = "sm"
 
     def __str__(self) -> str:
         return self.value
@@ -41,6 +44,17 @@ class ReplicationPolicy(Enum):
     duplicated = "duplicated"
     interleaved = "interleaved"
     packed = "packed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class DataFormat(Enum):
+    """MSCCL++'s DSL: what `put_packet` reads, `raw` data (written out as packets) or `packet`s that arrived
+    earlier (forwarded as they are, the executor's read-put-packet)."""
+
+    raw = "raw"
+    packet = "packet"
 
     def __str__(self) -> str:
         return self.value
@@ -74,5 +88,5 @@ class Instruction(Enum):
         return self.value
 
 
-__all__ = ["PLAN_CHANNEL", "Buffer", "ChannelType", "ChunkInstruction", "Instruction", "ReplicationPolicy",
-           "ThreadblockPolicy"]
+__all__ = ["PLAN_CHANNEL", "Buffer", "ChannelType", "ChunkInstruction", "DataFormat", "Instruction",
+           "ReplicationPolicy", "ThreadblockPolicy"]

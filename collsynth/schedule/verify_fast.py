@@ -39,16 +39,16 @@ def _condition_keys(sets: tuple[frozenset[int], ...], n: int) -> np.ndarray:
 def _capacity_ok(algorithm: Algorithm, step: np.ndarray, link: np.ndarray, rounds: np.ndarray) -> bool:
     # sends(t, l) <= bandwidth(l) * rounds(t); sends(t, switch) <= budget(switch) * rounds(t)
     topo = algorithm.topology
-    num_links = len(topo.links)
+    num_links = len(topo.link_list)
     pairs, counts = np.unique(step * num_links + link, return_counts=True)
     t, lk = pairs // num_links, pairs % num_links
-    bandwidth = np.array([x.bandwidth for x in topo.links], dtype=np.int64)
+    bandwidth = np.array([x.bandwidth for x in topo.link_list], dtype=np.int64)
     cap = bandwidth[lk] * rounds[t]
     if ((cap > 0) & (counts > cap)).any():
         return False
     if not topo.switches:
         return True
-    index = {(x.src, x.dst): i for i, x in enumerate(topo.links)}
+    index = {(x.src, x.dst): i for i, x in enumerate(topo.link_list)}
     members = sorted((index[pair], w) for w, sw in enumerate(topo.switches) for pair in sw.links if pair in index)
     if not members:
         return True
@@ -94,7 +94,7 @@ def structure_is_valid(algorithm: Algorithm) -> SendArrays | None:
     if total and (arrays.chunk.min() < 0 or arrays.chunk.max() >= k or min(src.min(), dst.min()) < 0
                   or max(src.max(), dst.max()) >= n):
         return None
-    link_keys = np.array([x.src * n + x.dst for x in topo.links], dtype=np.int64)
+    link_keys = np.array([x.src * n + x.dst for x in topo.link_list], dtype=np.int64)
     link_order = np.argsort(link_keys)
     exists, pos = _member(src * n + dst, link_keys[link_order])
     if not exists.all() or not _capacity_ok(algorithm, arrays.step, link_order[pos], rounds):

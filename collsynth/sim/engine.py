@@ -110,7 +110,7 @@ def plan(ir: Algo, topology: Topology) -> Plan:
             labels.append((gpu.id, tb.id))
             positions[(gpu.id, tb.id)] = {step.s: i for i, step in enumerate(tb.steps)}
 
-    link_ids = {(link.src, link.dst): i for i, link in enumerate(topology.links)}
+    link_ids = {(link.src, link.dst): i for i, link in enumerate(topology.link_list)}
     switches_of: dict[tuple[int, int], list[int]] = {}
     for i, switch in enumerate(topology.switches):
         for pair in switch.links:
@@ -162,7 +162,7 @@ def plan(ir: Algo, topology: Topology) -> Plan:
                     raise SimError(f"{where}: sends {gpu.id}->{tb.send} but topology {topology.name!r} has no link "
                                    "between them; route through a neighbour or use a topology with that link")
                 link = link_ids[pair]
-                topo_link = topology.links[link]
+                topo_link = topology.link_list[link]
                 switch_ids = tuple(switches_of.get(pair, ()))
                 alpha = topo_link.alpha_us
                 beta = max([topo_link.beta_us_per_mb] + [topology.switches[i].beta_us_per_mb for i in switch_ids])
@@ -209,7 +209,7 @@ def plan(ir: Algo, topology: Topology) -> Plan:
             raise SimError(f"IR {ir.name!r}: connection {key[0]}->{key[1]} channel {key[2]} carries {sends[conn]} "
                            f"sends but {receives[conn]} receives; every send needs exactly one matching receive")
     return Plan(labels=tuple(labels), steps=tuple(all_steps), step_labels=tuple(all_step_labels),
-                connections=tuple(conn_list), num_links=len(topology.links),
+                connections=tuple(conn_list), num_links=len(topology.link_list),
                 switch_lanes=tuple(max(1, switch.bandwidth) for switch in topology.switches))
 
 

@@ -174,7 +174,7 @@ def busy_bound_us(ir: Algo, topology: Topology, size: int, *, dtype: str = "floa
     chunk_bytes = nccl.size_bytes / ir.nchunksperloop
     ntiles = max(1, math.ceil(chunk_bytes / model.tile_for(ir.proto)))
     slice_mb = chunk_bytes / ntiles / MB
-    links = {(link.src, link.dst): link for link in topology.links}
+    links = {(link.src, link.dst): link for link in topology.link_list}
     counts: dict[tuple[int, int], tuple[int, int]] = {}  # link -> (sending steps, chunk slices) per tile
     for gpu in ir.gpus:
         for tb in gpu.tbs:

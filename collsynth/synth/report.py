@@ -28,10 +28,10 @@ SIZES = (1 << 10, 32 << 10, 1 << 20, 32 << 20, 1 << 30)
 def cost_model(topology: Topology) -> tuple[float, float]:
     """(alpha in us, beta in us per MB per round) for the model cost S*alpha + (R/C)*size*beta: the slowest
     link's alpha, and the time one bandwidth unit of a link takes per MB (a round moves one chunk per unit)."""
-    if not topology.links:
+    if not topology.link_list:
         return 0.0, 0.0
-    alpha = max(link.alpha_us for link in topology.links)
-    beta = max(link.beta_us_per_mb * link.bandwidth for link in topology.links)
+    alpha = max(link.alpha_us for link in topology.link_list)
+    beta = max(link.beta_us_per_mb * link.bandwidth for link in topology.link_list)
     return alpha, beta
 
 
@@ -148,7 +148,7 @@ def markdown_report(result: SynthesisResult) -> str:
     for i, a in enumerate(result.tried, 1):
         lines.append(f"| {i} | {a.chunks} | {a.steps} | {a.rounds} | {a.result} | {a.seconds:.2f} |"
                      + (f" {a.part or ''} |" if any(x.part for x in result.tried) else ""))
-    lines += ["", f"Topology `{topo.name}`: {topo.num_ranks} ranks, {len(topo.links)} links, "
+    lines += ["", f"Topology `{topo.name}`: {topo.num_ranks} ranks, {len(topo.link_list)} links, "
               f"{len(topo.switches)} switches, fingerprint `{topo.fingerprint()}`.", ""]
     return "\n".join(lines)
 

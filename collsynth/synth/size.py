@@ -41,7 +41,7 @@ class EncodingTooLarge(CollsynthError):
 def estimated_literals(topology: Topology, collective: Collective, steps: int) -> int:
     """An estimate (an upper bound on the shape, not a count) of the literals of the instance's encoding with
     the collective's chunks in `steps` steps."""
-    n, links = topology.num_ranks, max(1, len(topology.links))
+    n, links = topology.num_ranks, max(1, len(topology.link_list))
     indegree = links / max(1, n)
     if strategy(collective) == COMPOSED:  # the direct AllReduce encoding
         chunks = collective.num_chunks
@@ -81,6 +81,6 @@ def rounds_per_chunk_bound(topology: Topology, collective: Collective) -> Fracti
     classes = len({(pre, post) for pre, post in zip(collective.pre, collective.post, strict=True) if post - pre}
                   | ({(pre, post) for pre, post in zip(collective.pre, collective.post, strict=True)}
                      if collective.combining else set()))
-    if topology.num_ranks <= 16 or classes * len(topology.links) <= MAX_LP_COLUMNS:
+    if topology.num_ranks <= 16 or classes * len(topology.link_list) <= MAX_LP_COLUMNS:
         return lower_bound_rounds_per_chunk(topology, collective)
     return cut_bound_rounds_per_chunk(topology, collective)

@@ -25,9 +25,9 @@ def _beta(gb_per_s: float) -> float:
 def relinked(topology: Topology, alpha_us: float, gb_per_s: float) -> Topology:
     """The same topology with every link (and switch) at `alpha_us` and `gb_per_s` per direction."""
     beta = _beta(gb_per_s)
-    links = tuple(replace(x, alpha_us=alpha_us, beta_us_per_mb=beta / x.bandwidth) for x in topology.links)
+    links = tuple(replace(x, alpha_us=alpha_us, beta_us_per_mb=beta / x.bandwidth) for x in topology.link_list)
     switches = tuple(replace(s, beta_us_per_mb=beta) for s in topology.switches)
-    return replace(topology, name=f"{topology.name}@{gb_per_s:g}GBps", links=links, switches=switches)
+    return replace(topology, name=f"{topology.name}@{gb_per_s:g}GBps", link_list=links, switches=switches)
 
 
 TACOS_ALPHA_US = 0.5

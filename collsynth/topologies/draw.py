@@ -50,7 +50,7 @@ def _local_layout(topo: Topology, ranks: list[int]) -> dict[int, tuple[float, fl
     inside = set(ranks)
     graph = nx.Graph()
     graph.add_nodes_from(ranks)
-    graph.add_edges_from((x.src, x.dst) for x in topo.links if x.src in inside and x.dst in inside)
+    graph.add_edges_from((x.src, x.dst) for x in topo.link_list if x.src in inside and x.dst in inside)
     pos = nx.spring_layout(graph, seed=0, iterations=200)
     scale = max(max(abs(float(x)), abs(float(y))) for x, y in pos.values()) or 1.0
     return {r: (float(pos[r][0]) / scale * _CLUSTER_RADIUS, float(pos[r][1]) / scale * _CLUSTER_RADIUS)
@@ -117,7 +117,7 @@ def draw_topology(topo: Topology, path: str | os.PathLike[str], *, title: str | 
     # --- links inside nodes (and between nodes that are not network links) -------------------------
     pairs: dict[tuple[int, int], list] = defaultdict(list)
     network_ranks: set[int] = set()
-    for link in topo.links:
+    for link in topo.link_list:
         a, b = topo.node_of(link.src), topo.node_of(link.dst)
         if a != b and (link.kind == "ib" or topo.nics):
             network_ranks.update((link.src, link.dst))
@@ -135,7 +135,7 @@ def draw_topology(topo: Topology, path: str | os.PathLike[str], *, title: str | 
         kinds_drawn.add(kind)
     for node, budget in switched.items():
         cx, cy = centres[node]
-        kind = next(x.kind for x in topo.links if topo.node_of(x.src) == node and topo.node_of(x.dst) == node)
+        kind = next(x.kind for x in topo.link_list if topo.node_of(x.src) == node and topo.node_of(x.dst) == node)
         segments[(kind, 0.8 + 1.4 * min(budget, 6), False)].extend([[pos[r], (cx, cy)] for r in groups[node]])
         kinds_drawn.add(kind)
 
@@ -202,7 +202,7 @@ def draw_topology(topo: Topology, path: str | os.PathLike[str], *, title: str | 
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     other_switches = len(topo.switches) - 2 * sum(len(groups[node]) for node in switched) \
         - (2 * len(topo.nics) if nic_points else 0)
-    subtitle = f"{n} ranks, {len(topo.links)} links, {len(topo.switches)} switch budgets"
+    subtitle = f"{n} ranks, {len(topo.link_list)} links, {len(topo.switches)} switch budgets"
     if other_switches > 0:
         subtitle += f" ({other_switches} not drawn)"
     ax.set_title(f"{title or topo.name}\n{subtitle}; fingerprint {topo.fingerprint()}", fontsize=10)

@@ -252,10 +252,6 @@ def ndv4() -> Topology:
                           "Azure NDv4 / DGX A100: 8x A100 on NVSwitch, 8 IB HDR NICs (one per GPU)")
 
 
-def dgx_a100() -> Topology:
-    """DGX A100 (same machine as Azure NDv4)."""
-    return ndv4()
-
 
 def h100_nvswitch() -> Topology:
     """DGX/HGX H100: 8 H100 on NVSwitch, 8 NDR NICs (one per GPU)."""
@@ -271,8 +267,9 @@ def amd4() -> Topology:
                     description="4x MI50/MI60, Infinity Fabric ring (2 xGMI links per GPU)")
 
 
-def amd8() -> Topology:
-    """8 MI300X on the OAM platform: fully connected, one xGMI link between every pair (7 per GPU)."""
+def mi300x() -> Topology:
+    """8 MI300X on the OAM platform: fully connected, one xGMI link between every pair (7 per GPU); the built-in
+    `amd8` (MSCCLang's `amd8()` is another model, below)."""
     pairs = [(s, d) for s in range(8) for d in range(s + 1, 8)]
     return Topology("amd8", 8, _symmetric(pairs, XGMI_MI300X),
                     description="8x MI300X, Infinity Fabric full mesh (7 xGMI links per GPU)")
@@ -344,7 +341,7 @@ def multi_node(node: Topology, copies: int, network: LinkClass = IB_EDR, *, name
     for k in range(copies):
         base = k * g
         links += [Link(base + x.src, base + x.dst, x.bandwidth, x.alpha_us, x.beta_us_per_mb, x.kind)
-                  for x in node.links]
+                  for x in node.link_list]
         switches += [Switch(f"node{k}.{s.name}", frozenset((base + a, base + b) for a, b in s.links), s.bandwidth,
                             s.beta_us_per_mb) for s in node.switches]
     for src in range(total):
@@ -413,7 +410,7 @@ BUILTIN_TOPOLOGIES: MappingProxyType[str, BuiltinTopology] = MappingProxyType({s
     BuiltinTopology("h100_nvswitch", h100_nvswitch, "", (0,), _fixed(8), "8",
                     "8x H100 on NVSwitch (NVLink4), 8 NDR NICs", "2xh100_nvswitch", IB_NDR),
     BuiltinTopology("amd4", amd4, "", (0,), _fixed(4), "4", "4x MI50/MI60, Infinity Fabric ring", "amd4"),
-    BuiltinTopology("amd8", amd8, "", (0,), _fixed(8), "8", "8x MI300X, Infinity Fabric full mesh", "amd8"),
+    BuiltinTopology("amd8", mi300x, "", (0,), _fixed(8), "8", "8x MI300X, Infinity Fabric full mesh", "amd8"),
 )})
 
 # name -> (builder, number of integer parameters) -- the original contract, kept for callers that use it.

@@ -54,24 +54,35 @@ class Switch:
     bandwidth: int = 1
     beta_us_per_mb: float = NVLINK_BETA_US_PER_MB
 
+    def msccl_tuple(self) -> tuple[list[int], list[int], int, str]:
+        """MSCCLang's switch tuple (msccl/topologies/topology.py): the sending ranks, the receiving ranks, the
+        shared bandwidth, the name."""
+        return (sorted({s for s, _ in self.links}), sorted({d for _, d in self.links}), self.bandwidth, self.name)
+
+    # A switch reads as MSCCLang's tuple: `for srcs, dsts, bw, name in topology.switches`, `switch[2]`.
     def __iter__(self) -> Iterator[Any]:
-        """MSCCLang's switch tuple, so `for srcs, dsts, bw, name in topology.switches` reads as it does there:
-        the sending ranks, the receiving ranks, the shared bandwidth, the name."""
-        return iter((sorted({s for s, _ in self.links}), sorted({d for _, d in self.links}), self.bandwidth,
-                     self.name))
+        return iter(self.msccl_tuple())
+
+    def __getitem__(self, index: int) -> Any:
+        return self.msccl_tuple()[index]
+
+    def __len__(self) -> int:
+        return 4
 
 
 @dataclass(frozen=True)
 class Topology:
     """The topology of every stage, and MSCCLang's `Topology` (msccl.topologies): besides our fields it answers
-    MSCCLang's methods with MSCCLang's meaning (`num_nodes()` is the rank count, `nodes()` the ranks,
-    `link(src, dst)` the bandwidth number, 0 for none; `sources`, `destinations`, `bandwidth_constraints`), and
-    `Topology(name, matrix, switches)` builds one from MSCCLang's `links[dst][src]` bandwidth matrix and its
-    `(srcs, dsts, bandwidth, name)` switch tuples. Machines (multi-node) are `machines` / `num_machines`."""
+    MSCCLang's attributes and methods with MSCCLang's meaning (`links` is the bandwidth matrix `links[dst][src]`,
+    `switches` read as `(srcs, dsts, bandwidth, name)` tuples, `num_nodes()` is the rank count, `nodes()` the
+    ranks, `link(src, dst)` the bandwidth number, 0 for none; `sources`, `destinations`, `bandwidth_constraints`),
+    and `Topology(name, matrix, switches)` builds one from MSCCLang's matrix and switch tuples. collsynth's own
+    directed links, with their alpha-beta costs, are `link_list`. Machines (multi-node) are `machines` /
+    `num_machines`."""
 
     name: str
     num_ranks: int
-    links: tuple[Link, ...] = ()
+    link_list: tuple[Link, ...] = ()
     switches: tuple[Switch, ...] = ()
     # Node index of each rank, for multi-node topologies; None means one node.
     machines: tuple[int, ...] | None = None
@@ -81,11 +92,11 @@ class Topology:
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_ranks, int):  # MSCCLang's Topology(name, links_matrix, switches)
-            self._from_msccl_matrix(self.num_ranks, self.links)
+            self._from_msccl_matrix(self.num_ranks, self.link_list)
         if self.num_ranks < 1:
             raise TopologyError(f"topology {self.name!r}: needs at least 1 rank, got {self.num_ranks}")
         seen: set[tuple[int, int]] = set()
-        for link in self.links:
+        for link in self.link_list:
             if not (0 <= link.src < self.num_ranks and 0 <= link.dst < self.num_ranks):
                 raise TopologyError(f"topology {self.name!r}: link {link.src}->{link.dst} names a rank outside "
                                     f"0..{self.num_ranks - 1}")
@@ -123,10 +134,19 @@ class Topology:
             pairs = frozenset((s, d) for s in srcs for d in dsts if (s, d) in present)
             switches.append(Switch(str(name), pairs, int(bw)))
         object.__setattr__(self, "num_ranks", len(rows))
-        object.__setattr__(self, "links", links)
+        object.__setattr__(self, "link_list", links)
         object.__setattr__(self, "switches", tuple(switches))
 
     # --- MSCCLang's Topology methods (msccl/topologies/topology.py), with its meaning -------------
+    @cached_property
+    def links(self) -> tuple[tuple[int, ...], ...]:
+        """MSCCLang's bandwidth matrix: `links[dst][src]` is the bandwidth from src to dst, 0 for no link (rows
+        are tuples: a Topology does not change; build a new one from an edited copy)."""
+        rows = [[0] * self.num_ranks for _ in range(self.num_ranks)]
+        for link in self.link_list:
+            rows[link.dst][link.src] = link.bandwidth
+        return tuple(tuple(row) for row in rows)
+
     def num_nodes(self) -> int:
         """MSCCLang: the number of ranks (GPUs), not machines (that is `num_machines`)."""
         return self.num_ranks
@@ -150,14 +170,14 @@ class Topology:
     def bandwidth_constraints(self) -> Iterator[tuple[Sequence[int], Sequence[int], int, str]]:
         """MSCCLang: one `([src], [dst], bandwidth, 'src→dst')` per link (by destination, then source), then
         one `(srcs, dsts, bandwidth, name)` per switch."""
-        for link in sorted(self.links, key=lambda x: (x.dst, x.src)):
+        for link in sorted(self.link_list, key=lambda x: (x.dst, x.src)):
             yield [link.src], [link.dst], link.bandwidth, f"{link.src}\u2192{link.dst}"
-        yield from (tuple(switch) for switch in self.switches)  # type: ignore[misc]
+        yield from (switch.msccl_tuple() for switch in self.switches)
 
     # --- lookups -------------------------------------------------------------------------------
     @cached_property
     def link_map(self) -> Mapping[tuple[int, int], Link]:
-        return {(link.src, link.dst): link for link in self.links}
+        return {(link.src, link.dst): link for link in self.link_list}
 
     def link_between(self, src: int, dst: int) -> Link | None:
         return self.link_map.get((src, dst))
@@ -172,14 +192,14 @@ class Topology:
     @cached_property
     def out_neighbors(self) -> tuple[tuple[int, ...], ...]:
         out: list[list[int]] = [[] for _ in range(self.num_ranks)]
-        for link in self.links:
+        for link in self.link_list:
             out[link.src].append(link.dst)
         return tuple(tuple(sorted(x)) for x in out)
 
     @cached_property
     def in_neighbors(self) -> tuple[tuple[int, ...], ...]:
         inn: list[list[int]] = [[] for _ in range(self.num_ranks)]
-        for link in self.links:
+        for link in self.link_list:
             inn[link.dst].append(link.src)
         return tuple(tuple(sorted(x)) for x in inn)
 
@@ -194,7 +214,7 @@ class Topology:
         """A networkx view (edge attributes are the link's fields)."""
         g = nx.DiGraph()
         g.add_nodes_from(range(self.num_ranks))
-        for link in self.links:
+        for link in self.link_list:
             g.add_edge(link.src, link.dst, bandwidth=link.bandwidth, alpha_us=link.alpha_us,
                        beta_us_per_mb=link.beta_us_per_mb, kind=link.kind)
         return g
@@ -214,7 +234,7 @@ class Topology:
             "links": [
                 {"src": link.src, "dst": link.dst, "bandwidth": link.bandwidth, "alpha_us": link.alpha_us,
                  "beta_us_per_mb": link.beta_us_per_mb, "kind": link.kind}
-                for link in self.links
+                for link in self.link_list
             ],
             "switches": [
                 {"name": sw.name, "links": sorted([list(x) for x in sw.links]), "bandwidth": sw.bandwidth,
@@ -243,7 +263,7 @@ class Topology:
                    NVLINK_BETA_US_PER_MB if s.beta_us_per_mb is None else s.beta_us_per_mb)
             for s in doc.switches
         )
-        return cls(name=doc.name, num_ranks=doc.num_ranks, links=links, switches=switches,
+        return cls(name=doc.name, num_ranks=doc.num_ranks, link_list=links, switches=switches,
                    machines=tuple(doc.nodes) if doc.nodes is not None else None,
                    nics=tuple(tuple(nic) for nic in doc.nics), description=doc.description)
 
@@ -260,7 +280,8 @@ class Topology:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def __str__(self) -> str:
-        return f"Topology({self.name}, {self.num_ranks} ranks, {len(self.links)} links, {len(self.switches)} switches)"
+        return (f"Topology({self.name}, {self.num_ranks} ranks, {len(self.link_list)} links, "
+                f"{len(self.switches)} switches)")
 
 
 def links_from_matrix(matrix: Iterable[Iterable[int]], *, alpha_us: float = NVLINK_ALPHA_US,

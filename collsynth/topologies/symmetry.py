@@ -28,7 +28,7 @@ Item = TypeVar("Item", bound=Hashable)
 def reversed_topology(topology: Topology) -> Topology:
     """Every link u->v becomes v->u (same costs); switches cover the reversed links. Used for the duals
     of Reduce / ReduceScatter and by the bandwidth bound."""
-    links = tuple(Link(x.dst, x.src, x.bandwidth, x.alpha_us, x.beta_us_per_mb, x.kind) for x in topology.links)
+    links = tuple(Link(x.dst, x.src, x.bandwidth, x.alpha_us, x.beta_us_per_mb, x.kind) for x in topology.link_list)
     switches = tuple(Switch(s.name, frozenset((b, a) for a, b in s.links), s.bandwidth, s.beta_us_per_mb)
                      for s in topology.switches)
     return Topology(f"reversed({topology.name})", topology.num_ranks, links, switches, topology.machines,
@@ -38,14 +38,14 @@ def reversed_topology(topology: Topology) -> Topology:
 def same_links(a: Topology, b: Topology) -> bool:
     """The same links (with bandwidths) and switches, whatever the names and costs."""
     def shape(t: Topology) -> tuple[list[Any], list[Any]]:
-        return (sorted((x.src, x.dst, x.bandwidth) for x in t.links),
+        return (sorted((x.src, x.dst, x.bandwidth) for x in t.link_list),
                 sorted((tuple(sorted(s.links)), s.bandwidth) for s in t.switches))
     return shape(a) == shape(b)
 
 
 def is_automorphism(topology: Topology, ranks: Sequence[int]) -> bool:
     """`ranks` (rank r -> ranks[r]) keeps every link's bandwidth and maps every switch onto a switch."""
-    for link in topology.links:
+    for link in topology.link_list:
         if topology.bandwidth(ranks[link.src], ranks[link.dst]) != link.bandwidth:
             return False
     switches = {(s.links, s.bandwidth) for s in topology.switches}
@@ -58,7 +58,7 @@ def candidate_automorphisms(topology: Topology, limit: int) -> list[tuple[int, .
     n = topology.num_ranks
     graph = nx.DiGraph()
     graph.add_nodes_from(range(n))
-    for link in topology.links:
+    for link in topology.link_list:
         graph.add_edge(link.src, link.dst, bandwidth=link.bandwidth)
     candidates = [tuple((r + k) % n for r in range(n)) for k in range(1, n)]
     matcher = DiGraphMatcher(graph, graph, edge_match=lambda a, b: a["bandwidth"] == b["bandwidth"])

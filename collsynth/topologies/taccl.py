@@ -155,7 +155,7 @@ def load_taccl_profile(data: dict, *, name: str, num_nodes: int | None = None, t
     return Topology(
         name=name if nodes == 1 else f"{nodes}x{name}",
         num_ranks=nodes * gpus,
-        links=tuple(links),
+        link_list=tuple(links),
         switches=tuple(switches),
         machines=tuple(r // gpus for r in range(nodes * gpus)) if nodes > 1 else None,
         nics=tuple(nics),

@@ -19,8 +19,8 @@ def reverse_topology(topology: Topology) -> Topology:
 
 
 def binarize_topology(topology: Topology) -> Topology:
-    links = tuple(Link(x.src, x.dst, 1, x.alpha_us, x.beta_us_per_mb, x.kind) for x in topology.links)
-    return replace(topology, name=f"Binarized{topology.name}", links=links, switches=())
+    links = tuple(Link(x.src, x.dst, 1, x.alpha_us, x.beta_us_per_mb, x.kind) for x in topology.link_list)
+    return replace(topology, name=f"Binarized{topology.name}", link_list=links, switches=())
 
 
 __all__ = ["binarize_topology", "reverse_topology"]

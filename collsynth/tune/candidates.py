@@ -61,7 +61,7 @@ def algorithm_candidate(algorithm: Algorithm, topology: Topology, collective: st
     if algorithm.topology.num_ranks != topology.num_ranks:
         raise TuneError(f"{label}: is for {algorithm.topology.num_ranks} ranks, topology {topology.name!r} has "
                         f"{topology.num_ranks}; give an algorithm synthesized for this topology")
-    missing = sorted({(s.src, s.dst) for _, s in algorithm.sends()} - {(l.src, l.dst) for l in topology.links})
+    missing = sorted({(s.src, s.dst) for _, s in algorithm.sends()} - {(l.src, l.dst) for l in topology.link_list})
     if missing:
         raise TuneError(f"{label}: sends {missing[0][0]}->{missing[0][1]}, a link topology {topology.name!r} lacks; "
                         "give an algorithm synthesized for this topology")

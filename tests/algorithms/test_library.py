@@ -187,7 +187,7 @@ def test_missing_ring_link_names_the_step() -> None:
     with pytest.raises(AlgorithmError, match="no ring through all 4 ranks"):
         ring_allreduce(line)
     ring = fully_connected(4)
-    one_way = Topology("oneway", 4, tuple(x for x in ring.links if (x.dst - x.src) % 4 == 1))
+    one_way = Topology("oneway", 4, tuple(x for x in ring.link_list if (x.dst - x.src) % 4 == 1))
     with pytest.raises(AlgorithmError, match="ring step 0->2"):
         ring_allreduce(one_way, ring=[0, 2, 1, 3])
 

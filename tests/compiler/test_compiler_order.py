@@ -22,7 +22,7 @@ def small_message_time(ir, topology):
 
 
 def alpha(topology):
-    (value,) = {link.alpha_us for link in topology.links}
+    (value,) = {link.alpha_us for link in topology.link_list}
     return value
 
 

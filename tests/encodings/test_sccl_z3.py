@@ -105,7 +105,7 @@ def test_symmetric_schedules_verify():
 def test_reversed_topology():
     topo = Topology("one-way", 3, (Link(0, 1, 2), Link(1, 2)), (Switch("s", frozenset({(0, 1)}), 1),))
     rev = reversed_topology(topo)
-    assert {(x.src, x.dst, x.bandwidth) for x in rev.links} == {(1, 0, 2), (2, 1, 1)}
+    assert {(x.src, x.dst, x.bandwidth) for x in rev.link_list} == {(1, 0, 2), (2, 1, 1)}
     assert rev.switches[0].links == frozenset({(1, 0)})
 
 

@@ -235,8 +235,7 @@ def test_refusals() -> None:
             c.flush(1, chan_type=ChannelType.sm)
         with pytest.raises(ProgramError, match="NVLS"):
             c.group_store([1])
-        with pytest.raises(ProgramError, match="nobody wrote"):
-            chunk(1, Buffer.output, 3)
+        assert chunk(1, Buffer.output, 3) is None  # an empty slot, as MSCCLang answers
         with pytest.raises(ProgramError, match="already open"):
             MSCCLPPProgram("again", ring(4), AllGather(4, 1, False), 1).__enter__()
     with pytest.raises(ProgramError, match="protocol"):

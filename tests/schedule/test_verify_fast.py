@@ -39,7 +39,7 @@ def _schedule(rng: random.Random, topo: Topology, name: str, chunks: int) -> Alg
     holds = {(c, r) for c in range(coll.num_chunks) for r in coll.pre[c]}
     steps = []
     for _ in range(12):
-        options = [(c, x.src, x.dst) for (c, r) in sorted(holds) for x in topo.links if x.src == r
+        options = [(c, x.src, x.dst) for (c, r) in sorted(holds) for x in topo.link_list if x.src == r
                    and (c, x.dst) not in holds]
         if not options:
             break
@@ -151,7 +151,7 @@ def _sum_schedule(rng: random.Random, topo: Topology, name: str, chunks: int) ->
     holds = {(c, r) for c in range(coll.num_chunks) for r in coll.pre[c]}
     steps = []
     for _ in range(10):
-        options = [(c, x.src, x.dst) for (c, r) in sorted(holds) for x in topo.links if x.src == r]
+        options = [(c, x.src, x.dst) for (c, r) in sorted(holds) for x in topo.link_list if x.src == r]
         picked = rng.sample(options, k=min(len(options), rng.randint(1, 5)))
         sends = tuple(Send(c, u, v, REDUCE if (c, v) in holds and rng.random() < 0.8 else COPY) for c, u, v in picked)
         steps.append(Step(rng.choice((1, 2)), sends))
@@ -163,7 +163,7 @@ def _greedy_sum(rng: random.Random, topo: Topology, name: str, chunks: int) -> A
     from collsynth.synth.cluster.greedy import greedy
 
     coll = make_collective(name, topo.num_ranks, chunks, root=0)
-    plain = Topology(topo.name, topo.num_ranks, topo.links)  # the greedy's switch lanes are per instant
+    plain = Topology(topo.name, topo.num_ranks, topo.link_list)  # the greedy's switch lanes are per instant
     algo = greedy(plain, coll, 1 << 20, seed=rng.randrange(4)).algorithm
     assert algo is not None
     return algo

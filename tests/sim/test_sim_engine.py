@@ -79,7 +79,7 @@ def test_flows_on_different_links_overlap() -> None:
 
 def _with_switch(bandwidth: int, beta: float = BETA) -> Topology:
     base = fully_connected(3)
-    return Topology("fc3+switch", 3, base.links, (Switch("into2", frozenset({(0, 2), (1, 2)}), bandwidth, beta),))
+    return Topology("fc3+switch", 3, base.link_list, (Switch("into2", frozenset({(0, 2), (1, 2)}), bandwidth, beta),))
 
 
 def test_switch_budget_serializes_its_links() -> None:

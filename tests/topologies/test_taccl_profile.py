@@ -51,8 +51,8 @@ def test_every_shared_example_profile_loads():
 
 def test_ndv2_1mb_link_classes_follow_the_dgx1_mesh():
     topo = load_taccl_profile(_profile("ndv2-1MB"), name="ndv2")
-    assert topo.num_ranks == 8 and topo.machines is None and len(topo.links) == 32
-    for link in topo.links:
+    assert topo.num_ranks == 8 and topo.machines is None and len(topo.link_list) == 32
+    for link in topo.link_list:
         double = DGX1_NVLINKS[link.src][link.dst] == 2
         assert link.beta_us_per_mb == (23.0 if double else 46.0)
         assert link.alpha_us == pytest.approx(0.3)
@@ -75,7 +75,7 @@ def test_scaled_profiles_give_the_same_physical_costs():
 def test_two_nodes_add_ib_links_and_a_shared_nic():
     topo = load_taccl_profile(_profile("ndv2-1MB"), name="ndv2", num_nodes=2)
     assert topo.num_ranks == 16 and topo.num_machines == 2
-    ib = [link for link in topo.links if link.kind == "ib"]
+    ib = [link for link in topo.link_list if link.kind == "ib"]
     assert len(ib) == 2 * 8 * 8
     ib_link = topo.link_between(0, 9)
     assert ib_link.alpha_us == pytest.approx(2.6) and ib_link.beta_us_per_mb == pytest.approx(105)
@@ -105,7 +105,7 @@ def test_custom_matrices_are_indexed_dst_src():
             "betas": [[0, 10, 0], [0, 0, 0], [20, 0, 0]],
             "invbws": [[0, 10, 0], [0, 0, 0], [20, 0, 0]]}
     topo = load_taccl_profile(data, name="tiny")
-    assert {(link.src, link.dst) for link in topo.links} == {(1, 0), (0, 2)}
+    assert {(link.src, link.dst) for link in topo.link_list} == {(1, 0), (0, 2)}
     assert topo.link_between(1, 0).beta_us_per_mb == 10 and topo.link_between(0, 2).beta_us_per_mb == 20
 
 

@@ -78,7 +78,7 @@ def test_taccl_profiles_load(path):
     assert resolve_topology(str(path)) == topo
     two = resolve_topology(f"2x{path}")
     assert two.num_ranks == 2 * gpus and two.num_machines == 2
-    assert any(link.kind == "ib" for link in two.links)
+    assert any(link.kind == "ib" for link in two.link_list)
 
 
 def test_taccl_ndv2_profile_matches_our_ndv2_links():
@@ -88,7 +88,8 @@ def test_taccl_ndv2_profile_matches_our_ndv2_links():
         pytest.skip("TACCL example profiles are not present")
     taccl_topo = load_topology(path)
     ours = builtin("ndv2")
-    assert {(x.src, x.dst, x.bandwidth) for x in taccl_topo.links} == {(x.src, x.dst, x.bandwidth) for x in ours.links}
+    assert {(x.src, x.dst, x.bandwidth) for x in taccl_topo.link_list} == {(x.src, x.dst, x.bandwidth)
+                                                                          for x in ours.link_list}
 
 
 def test_taccl_detection_by_keys(tmp_path):
@@ -97,7 +98,7 @@ def test_taccl_detection_by_keys(tmp_path):
     path.write_text(json.dumps({"name": "hub_1MB", "gpus_per_node": 4, "alpha": 0.5, "node_betas_list": [10],
                                 "node_invbws_list": [10]}))
     topo = load_topology(path)
-    assert topo.num_ranks == 4 and len(topo.links) == 12
+    assert topo.num_ranks == 4 and len(topo.link_list) == 12
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps({"gpus_per_node": 4, "node_betas_list": [10]}))
     with pytest.raises(TopologyError, match=r"broken\.json.*alpha"):

@@ -50,14 +50,14 @@ SINGLE_NODE_NAMES = [name for name, _, _ in EXPECTED if not re.match(r"\d+x", na
 
 def undirected_symmetric(topo: Topology) -> bool:
     return all(topo.link_between(x.dst, x.src)
-               == type(x)(x.dst, x.src, x.bandwidth, x.alpha_us, x.beta_us_per_mb, x.kind) for x in topo.links)
+               == type(x)(x.dst, x.src, x.bandwidth, x.alpha_us, x.beta_us_per_mb, x.kind) for x in topo.link_list)
 
 
 @pytest.mark.parametrize(("name", "ranks", "links"), EXPECTED)
 def test_every_builtin_builds_with_expected_size(name, ranks, links):
     topo = builtin(name)
     assert topo.num_ranks == ranks
-    assert len(topo.links) == links
+    assert len(topo.link_list) == links
     assert undirected_symmetric(topo), f"{name} should have the same link both ways"
     # every rank can reach every other rank
     assert all(d < math.inf for row in topo.distances for d in row)
@@ -77,11 +77,11 @@ def test_registry_covers_every_builtin_and_legacy_mapping():
 def test_dgx1_has_six_nvlinks_per_gpu_and_the_cube_mesh():
     topo = builtin("dgx1")
     out = Counter()
-    for link in topo.links:
+    for link in topo.link_list:
         out[link.src] += link.bandwidth
     assert all(out[g] == 6 for g in range(8))
     assert sorted(topo.out_neighbors[0]) == [1, 2, 3, 4]
-    doubles = {(x.src, x.dst) for x in topo.links if x.bandwidth == 2 and x.src < x.dst}
+    doubles = {(x.src, x.dst) for x in topo.link_list if x.bandwidth == 2 and x.src < x.dst}
     assert doubles == {(0, 1), (0, 4), (1, 3), (2, 3), (2, 6), (4, 5), (5, 7), (6, 7)}
     # two parallel NVLinks move a chunk twice as fast under the alpha-beta model
     assert topo.link_between(0, 1).beta_us_per_mb == pytest.approx(topo.link_between(0, 2).beta_us_per_mb / 2)
@@ -89,7 +89,7 @@ def test_dgx1_has_six_nvlinks_per_gpu_and_the_cube_mesh():
 
 def test_ndv2_is_dgx1_links_plus_one_nic():
     ndv2, dgx1 = builtin("ndv2"), builtin("dgx1")
-    assert ndv2.links == dgx1.links
+    assert ndv2.link_list == dgx1.link_list
     assert ndv2.nics == (tuple(range(8)),)
 
 
@@ -104,7 +104,7 @@ def test_nvswitch_nodes_have_port_budgets(name, ranks):
         assert sum(1 for s in topo.switches if s.links == out and s.bandwidth == 1) == 1
         assert sum(1 for s in topo.switches if s.links == inn and s.bandwidth == 1) == 1
     # every link is a single chunk per round: an SMT instance where only the port budgets bind
-    assert {x.bandwidth for x in topo.links} == {1}
+    assert {x.bandwidth for x in topo.link_list} == {1}
 
 
 def test_newer_machines_are_faster():
@@ -143,7 +143,7 @@ def test_shapes_have_the_right_degrees():
     assert {len(n) for n in torus2.out_neighbors} == {3}
     cube = builtin("hypercube:5")
     assert cube.num_ranks == 32
-    assert all(bin(x.src ^ x.dst).count("1") == 1 for x in cube.links)
+    assert all(bin(x.src ^ x.dst).count("1") == 1 for x in cube.link_list)
     assert max(max(row) for row in cube.distances) == 5
 
 
@@ -152,7 +152,7 @@ def test_amd_layouts():
     assert {len(n) for n in amd4.out_neighbors} == {2}
     assert not amd4.has_link(0, 3) and amd4.has_link(0, 1) and amd4.has_link(0, 2)
     amd8 = builtin("amd8")
-    assert {x.kind for x in amd8.links} == {"xgmi"}
+    assert {x.kind for x in amd8.link_list} == {"xgmi"}
     assert {len(n) for n in amd8.out_neighbors} == {7}
 
 
@@ -161,7 +161,7 @@ def test_multi_node_composition():
     assert topo.machines == (0,) * 8 + (1,) * 8
     assert topo.num_machines == 2
     assert topo.nics == (tuple(range(8)), tuple(range(8, 16)))
-    ib = [x for x in topo.links if x.kind == "ib"]
+    ib = [x for x in topo.link_list if x.kind == "ib"]
     assert all(topo.node_of(x.src) != topo.node_of(x.dst) for x in ib)
     assert {(x.alpha_us, x.beta_us_per_mb) for x in ib} == {(IB_EDR.alpha_us, IB_EDR.beta_us_per_mb)}
     # the one NIC per node is a budget per direction over all of its GPUs' inter-node links
@@ -181,7 +181,7 @@ def test_multi_node_nic_sharing_and_network_class():
     assert len(nics) == 16
     assert all(len(s.links) == 2 * 16 for s in nics)  # two GPUs, 16 remote GPUs each
     ndv4s = builtin("2xndv4")
-    assert {x.beta_us_per_mb for x in ndv4s.links if x.kind == "ib"} == {IB_HDR.beta_us_per_mb}
+    assert {x.beta_us_per_mb for x in ndv4s.link_list if x.kind == "ib"} == {IB_HDR.beta_us_per_mb}
     # a node with no NIC information gets one NIC per GPU
     rings = builtin("2xring:4")
     assert rings.nics == tuple((r,) for r in range(8))

@@ -52,8 +52,8 @@ class ExactPacking:
 
 def _link_capacities(topology: Topology) -> dict[tuple[int, int], int]:
     # cap(l) proportional to rate(l) = 1 / beta(l), as integers (`split.integer_rates`)
-    caps = integer_rates([1 / x.beta_us_per_mb for x in topology.links])
-    return {(x.src, x.dst): c for x, c in zip(topology.links, caps, strict=True)}
+    caps = integer_rates([1 / x.beta_us_per_mb for x in topology.link_list])
+    return {(x.src, x.dst): c for x, c in zip(topology.link_list, caps, strict=True)}
 
 
 def _network(n: int, caps: dict[tuple[int, int], int], per_rank: int,

@@ -59,7 +59,7 @@ def groups_of(topology: Topology) -> list[list[int]]:
 def sub_topology(topology: Topology, ranks: Sequence[int], name: str) -> Topology:
     """The links among `ranks` (renumbered 0..k-1) and the switch budgets restricted to them."""
     local = {r: i for i, r in enumerate(ranks)}
-    links = tuple(replace(x, src=local[x.src], dst=local[x.dst]) for x in topology.links
+    links = tuple(replace(x, src=local[x.src], dst=local[x.dst]) for x in topology.link_list
                   if x.src in local and x.dst in local)
     switches = []
     for s in topology.switches:

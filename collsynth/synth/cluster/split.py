@@ -79,7 +79,7 @@ def integer_rates(rates: list[float]) -> list[int]:
 
 def _chains(topology: Topology) -> dict[tuple[int, int], list[int]] | None:
     """Each link's budgets in walk order; None when a budget is not a complete bipartite set."""
-    chains: dict[tuple[int, int], list[int]] = {(x.src, x.dst): [] for x in topology.links}
+    chains: dict[tuple[int, int], list[int]] = {(x.src, x.dst): [] for x in topology.link_list}
     keys = []
     for b, sw in enumerate(topology.switches):
         sources, dests = {a for a, _ in sw.links}, {d for _, d in sw.links}
@@ -131,13 +131,13 @@ def relay_graph(topology: Topology) -> RelayGraph | None:
     if chains is None or ends is None:
         return None
     caps = integer_rates([sw.bandwidth / sw.beta_us_per_mb for sw in topology.switches]
-                         + [1 / x.beta_us_per_mb for x in topology.links])
+                         + [1 / x.beta_us_per_mb for x in topology.link_list])
     arcs: dict[Label, tuple[int, int, Label, int]] = {(b,): (ends[2 * b], ends[2 * b + 1], (b,), caps[b])
                                                        for b in range(budgets)}
     allowed: set[tuple[int, Label, int]] = set()
     link_of: dict[Label, tuple[int, int]] = {}
     gates: dict[tuple[int, int], int] = {}  # (rank, budget end) -> label of the arc joining them
-    for i, x in enumerate(topology.links):
+    for i, x in enumerate(topology.link_list):
         chain = chains[(x.src, x.dst)]
         if not chain:
             arcs[(-1 - i,)] = (x.src, x.dst, (-1 - i,), caps[budgets + i])

@@ -61,7 +61,7 @@ class _Links:
 
 def link_arrays(topology: Topology, chunk_mb: float) -> _Links:
     """Per-link arrays: endpoints, transfer time of one chunk, switches (padded)."""
-    ordered = sorted(topology.links, key=lambda x: (x.dst, x.src))
+    ordered = sorted(topology.link_list, key=lambda x: (x.dst, x.src))
     index = {(x.src, x.dst): i for i, x in enumerate(ordered)}
     members: list[list[int]] = [[] for _ in ordered]
     beta = np.array([x.beta_us_per_mb for x in ordered], dtype=float)

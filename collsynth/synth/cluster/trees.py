@@ -147,7 +147,7 @@ def _symmetric_packing(kind: str, dims: tuple[int, ...], n: int) -> Packing:
 def _priced_graph(topology: Topology, root: int, load: dict[tuple[int, int], float], target: float) -> nx.DiGraph:
     # price(l) = exp(ETA * load(l) / (target * rate(l))), as integers (Edmonds is exact on integer weights)
     g = nx.DiGraph()
-    for x in topology.links:
+    for x in topology.link_list:
         if x.dst != root:
             usage = load[(x.src, x.dst)] * x.beta_us_per_mb / target
             g.add_edge(x.src, x.dst, weight=int(PRICE_SCALE * math.exp(min(30.0, ETA * usage))))
@@ -157,7 +157,7 @@ def _priced_graph(topology: Topology, root: int, load: dict[tuple[int, int], flo
 def _mwu_packing(topology: Topology) -> Packing:
     load: dict[tuple[int, int], float] = defaultdict(float)
     trees: dict[int, list[tuple[float, Tree]]] = {r: [] for r in range(topology.num_ranks)}
-    target = (topology.num_ranks - 1) * max(x.beta_us_per_mb for x in topology.links)
+    target = (topology.num_ranks - 1) * max(x.beta_us_per_mb for x in topology.link_list)
     for _ in range(MWU_TREES):
         for root in range(topology.num_ranks):
             g = _priced_graph(topology, root, load, target)
@@ -208,7 +208,7 @@ def _routes(packing: Packing, collective: Collective, chunks_per_root: int) -> d
 def _symmetric_links(topology: Topology) -> bool:
     """Every link has a reverse of the same cost and every budget a mirrored one (then a packing serves the
     reversed topology as well)."""
-    costs = {(x.src, x.dst): (x.alpha_us, x.beta_us_per_mb) for x in topology.links}
+    costs = {(x.src, x.dst): (x.alpha_us, x.beta_us_per_mb) for x in topology.link_list}
     budgets = {(sw.links, sw.bandwidth, sw.beta_us_per_mb) for sw in topology.switches}
     mirrored = {(frozenset((d, s) for s, d in sw.links), sw.bandwidth, sw.beta_us_per_mb) for sw in topology.switches}
     return all(costs.get((d, s)) == cost for (s, d), cost in costs.items()) and budgets == mirrored
@@ -251,7 +251,7 @@ def trees(topology: Topology, collective: Collective, size_bytes: int = 1 << 30,
     # certificate, in the AllGather view: unit = one rank's data (size / n for AllGather's n*C output)
     unit_mb = size_bytes / collective.num_ranks / MIB
     ag = make_collective("allgather", collective.num_ranks, 1)
-    alpha = min(x.alpha_us for x in topology.links)
+    alpha = min(x.alpha_us for x in topology.link_list)
     bound = max(cut_bound_us(topology, ag, size_bytes).time_us,
                 set_bound_us(topology, ag, size_bytes, packing.cut).time_us if packing.cut else 0.0) - alpha
     rate_time = packing.unit_time_us(topology, unit_mb)

@@ -52,7 +52,7 @@ def test_splitting_keeps_connectivity_and_budgets(seed: int) -> None:
     caps = split_relays(graph, rate)
     assert caps is not None
     budget_cap = dict(zip(range(len(topo.switches)), integer_rates(
-        [s.bandwidth / s.beta_us_per_mb for s in topo.switches] + [1 / x.beta_us_per_mb for x in topo.links]),
+        [s.bandwidth / s.beta_us_per_mb for s in topo.switches] + [1 / x.beta_us_per_mb for x in topo.link_list]),
         strict=False))
     # every split arc is a real link, and each budget carries at most its capacity
     assert set(caps) <= set(topo.link_map)

@@ -1,0 +1,16 @@
+"""`mscclpp.language.collectives`: `Collective` and the built-in collectives, with MSCCL++'s constructors
+`(num_ranks, chunk_factor, inplace)` and MSCCLang's buffer layouts (the same classes as
+collsynth.language.collectives)."""
+
+from collsynth.language.collectives import (
+    AllGather,
+    AllReduce,
+    AllToAll,
+    Chunk,
+    Collective,
+    ReduceChunk,
+    ReduceScatter,
+    SendRecv,
+)
+
+__all__ = ["AllGather", "AllReduce", "AllToAll", "Chunk", "Collective", "ReduceChunk", "ReduceScatter", "SendRecv"]

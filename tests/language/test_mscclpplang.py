@@ -1,0 +1,217 @@
+"""MSCCL++'s own DSL (`mscclpp.language`, microsoft/mscclpp python/mscclpp/language, the MSCCLPPProgram
+generation): its example programs (python/examples/*.py) run after changing only their imports from
+`mscclpp.language` to `collsynth.language.mscclpplang`; each writes a plan that passes the plan interpreter."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from collsynth.language.mscclpplang import Check, Json, MSCCLPPProgram, chunk, rank
+from collsynth.language.mscclpplang.buffer import Buffer
+from collsynth.language.mscclpplang.collectives import AllGather, AllReduce, SendRecv
+from collsynth.language.mscclpplang.types import ChannelType, DataFormat, ReplicationPolicy
+
+
+def _plan(capsys) -> dict:
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("size, instances", [(4, 1), (3, 2)])
+def test_allreduce_ring_example(capsys, size: int, instances: int) -> None:
+    """python/examples/allreduce_ring.py, body unchanged."""
+    collective = AllReduce(size, size, True)
+    with MSCCLPPProgram("allreduce_ring", collective, size, instances, protocol="Simple"):
+        for step in range(0, size - 1):
+            for index in range(0, size):
+                rank = (index + step) % size
+                next_rank = (index + step + 1) % size
+                c = chunk(rank, Buffer.input, index)
+                c.signal(next_rank, Buffer.input, index, 0)
+                prev_rank = (index + step - 1) % size
+                c = chunk(rank, Buffer.input, (index + size - 1) % size)
+                c.wait(prev_rank, Buffer.input, (index + size - 1) % size, 0)
+                c.reduce(chunk(prev_rank, Buffer.input, (index + size - 1) % size), recvtb=0)
+        for step in range(-1, size - 2):
+            for index in range(0, size):
+                rank = (index + step) % size
+                c = chunk(rank, Buffer.input, index)
+                next_rank = (index + step + 1) % size
+                c.put(next_rank, Buffer.input, index, sendtb=0)
+                c.signal(next_rank, Buffer.input, index, 0)
+                prev_rank = (index + step - 1) % size
+                c = chunk(rank, Buffer.input, (index + size - 1) % size)
+                c.wait(prev_rank, Buffer.input, (index + size - 1) % size, 0)
+        Json()
+        assert Check()
+    plan = _plan(capsys)
+    assert plan["name"] == "allreduce_ring" and len(plan["gpus"]) == size
+
+
+def test_allreduce_allpairs_get_example(capsys) -> None:
+    """python/examples/allreduce_allpairs_get.py, body unchanged: reduce from peers, then get their sums."""
+    size = gpus = 4
+    collective = AllReduce(size, gpus * gpus, True)
+    with MSCCLPPProgram("allreduce_pairs", collective, size, 1, protocol="Simple"):
+        for rank in range(size):
+            for tb in range(size):
+                index = rank * size
+                c = chunk(rank, Buffer.input, index + tb)
+                for nghr in range(size):
+                    peer_index = nghr * size
+                    if rank != nghr:
+                        c_peer = chunk(rank, Buffer.input, peer_index + tb)
+                        c_peer.signal(nghr, Buffer.input, peer_index + tb, sendtb=tb)
+                for nghr in range(size):
+                    if rank != nghr:
+                        c.wait(nghr, Buffer.input, index + tb, recvtb=tb)
+                for i in range(size):
+                    nghr = (rank + i) % size
+                    if rank != nghr:
+                        c.reduce(chunk(nghr, Buffer.input, index + tb), recvtb=tb)
+                for nghr in range(size):
+                    if rank != nghr:
+                        c.signal(nghr, Buffer.input, index + tb, sendtb=tb)
+        for rank in range(size):
+            for tb in range(size):
+                for nghr in range(size):
+                    if rank != nghr:
+                        index = nghr * size
+                        c = chunk(rank, Buffer.input, index + tb)
+                        c.wait(nghr, Buffer.input, index + tb, recvtb=tb)
+                for i in range(size):
+                    nghr = (rank + i) % size
+                    index = nghr * size
+                    if rank != nghr:
+                        c = chunk(rank, Buffer.input, index + tb)
+                        c.get(nghr, Buffer.input, index + tb, recvtb=tb)
+        Json()
+        assert Check()
+    assert len(_plan(capsys)["gpus"]) == size
+
+
+def test_allreduce_allpairs_packet_example(capsys) -> None:
+    """python/examples/allreduce_allpairs_packet.py (LL), body unchanged."""
+    size = gpus = 4
+    chunksperloop = gpus * gpus
+    collective = AllReduce(size, chunksperloop, True)
+    with MSCCLPPProgram("allreduce_packets", collective, size, 1, protocol="LL",
+                        use_double_scratch_buffer=True):
+        for r1 in range(size):
+            for tb in range(size):
+                if tb == r1:
+                    continue
+                remote_rank = tb
+                index = remote_rank * size
+                c = chunk(r1, Buffer.input, index, size)
+                c.put_packet(remote_rank, "scratch", index=r1 * size, sendtb=tb)
+        for r in range(size):
+            for index in range(size):
+                c = chunk(r, Buffer.input, r * size + index)
+                for peer in range(size):
+                    if peer != r:
+                        c.reduce_packet(chunk(r, "scratch", peer * size + index), recvtb=index)
+                for peer in range(size):
+                    if peer != r:
+                        c.put_packet(peer, "scratch", (size * size) + r * size + index, sendtb=index)
+        for r in range(size):
+            for peer in range(size):
+                if peer != r:
+                    c = chunk(r, "scratch", size * size + peer * size, size)
+                    c.copy_packet(r, Buffer.input, peer * size, sendtb=peer)
+        Json()
+        assert Check()
+    assert _plan(capsys)["protocol"] == "LL"
+
+
+@pytest.mark.parametrize("proxy", [ChannelType.proxy, ChannelType.port])  # MSCCL++ renamed proxy to port
+def test_send_recv_proxy_example(capsys, proxy: ChannelType) -> None:
+    """python/examples/send_recv_proxy.py, body unchanged but for the channel type's two spellings."""
+    size = 2
+    collective = SendRecv(size, 1, False)
+    with MSCCLPPProgram("send_recv", collective, size, 1):
+        for r in range(size):
+            for nghr in range(size):
+                if nghr == r:
+                    continue
+                c = chunk(r, Buffer.input, 0)
+                c.put(nghr, "scratch", 1, sendtb=0, chan_type=proxy)
+                c.signal(nghr, "scratch", 1, sendtb=0, chan_type=proxy)
+                c.flush(nghr, "scratch", 1, sendtb=0, chan_type=proxy)
+        for r in range(size):
+            c = chunk(r, "scratch", 1)
+            c.wait(1 - r, Buffer.input, 0, recvtb=0, chan_type=proxy)
+            c.copy(r, Buffer.output, 0, sendtb=0)
+        Json()
+        assert Check()
+    assert _plan(capsys)["collective"] == "sendrecv"
+
+
+def test_allgather_barrier_example(capsys) -> None:
+    """python/examples/allgather_barrier.py, body unchanged (sm is also spelled memory)."""
+    gpus = size = 3
+    collective = AllGather(size, 1, False)
+    with MSCCLPPProgram("allgather_with_barrier", collective, size, 2, protocol="Simple",
+                        replication_policy=ReplicationPolicy.interleaved):
+        for n in range(gpus):
+            c = chunk(n, Buffer.input, 0, 1)
+            for peer in range(gpus):
+                if n != peer:
+                    c.put(peer, Buffer.output, n, sendtb=peer, chan_type=ChannelType.sm)
+                else:
+                    c.copy(n, Buffer.output, n, sendtb=peer)
+            r = rank(n)
+            r.barrier(tb_list=list(range(gpus)))
+            for peer in range(gpus):
+                if n != peer:
+                    c.signal(peer, Buffer.output, n, sendtb=peer, chan_type=ChannelType.memory)
+        for n in range(gpus):
+            for peer in range(gpus):
+                c = chunk(n, Buffer.output, peer, 1)
+                if n != peer:
+                    c.wait(peer, Buffer.input, peer, recvtb=peer, chan_type=ChannelType.sm)
+        Json()
+        assert Check()
+    assert len(_plan(capsys)["gpus"]) == gpus
+
+
+def test_forwarding_packets_reads_them_as_packets(capsys) -> None:
+    """put_packet(src_format=DataFormat.packet): packets that arrived in scratch go on to a third rank as they are
+    (the executor's read-put-packet), never unpacked in between."""
+    size = 3
+    with MSCCLPPProgram("relay", AllGather(size, 1, False), size, 1, protocol="LL"):
+        for r in range(size):
+            chunk(r, Buffer.input, 0).copy(r, Buffer.output, r, sendtb=0)
+            chunk(r, Buffer.input, 0).put_packet((r + 1) % size, "scratch", r, sendtb=1)
+        for r in range(size):
+            came = chunk(r, "scratch", (r - 1) % size)
+            came.put_packet((r + 1) % size, "scratch", (r - 1) % size, sendtb=2, src_format=DataFormat.packet)
+        for r in range(size):
+            for k in (1, 2):
+                source = (r - k) % size
+                chunk(r, "scratch", source).copy_packet(r, Buffer.output, source, sendtb=3)
+        Json()
+        assert Check()
+    names = {op["name"] for gpu in _plan(capsys)["gpus"] for tb in gpu["threadblocks"] for op in tb["ops"]}
+    assert "rppkt" in names
+
+
+def test_mscclpp_lang_refusals_name_what_is_unsupported() -> None:
+    with pytest.raises(Exception, match="ReplicationPolicy.packed is not supported"):
+        MSCCLPPProgram("p", AllReduce(2, 2, True), 2, 2, replication_policy=ReplicationPolicy.packed)
+    with pytest.raises(Exception, match="num_ranks 3 but the collective has 2 ranks"):
+        MSCCLPPProgram("p", AllReduce(2, 2, True), 3, 1)
+    with MSCCLPPProgram("nvls", AllReduce(2, 2, True), 2, 1):
+        c = chunk(0, Buffer.input, 0)
+        with pytest.raises(Exception, match="group_load_reduce \\(NVLS\\) is not lowered"):
+            c.group_load_reduce([chunk(1, Buffer.input, 0)], recvtb=0)
+        with pytest.raises(Exception, match="group_store \\(NVLS\\) is not lowered"):
+            c.group_store([1], sendtb=0)
+
+
+def test_star_import_gives_what_the_examples_use() -> None:
+    namespace: dict = {}
+    exec("from collsynth.language.mscclpplang import *", namespace)
+    assert {"MSCCLPPProgram", "chunk", "rank", "Json", "Check"} <= set(namespace)
+    assert namespace["MSCCLPPProgram"] is MSCCLPPProgram
