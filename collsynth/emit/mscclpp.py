@@ -10,7 +10,9 @@ How each MSCCL-IR step becomes plan ops (the step facts come from collsynth.core
   receiver `wait`s, then copies (copy) or
   reduces (re) out of the landing place as the step says;
 * LL: the sender writes packets (`ppkt`) into the receiver's scratch slot; the receiver's `upkt` / `repkt`
-  poll the packets' flags, so no signal or wait; the plan asks for a double scratch buffer;
+  poll the packets' flags, so no signal or wait; the plan asks for a double scratch buffer. Over a port
+  channel the executor DMAs a `ppkt`'s source as it is, so the sender first packs the value into a scratch
+  slot of its own (`cpkt`) and puts those packets (then `flush`es);
 * a step that forwards a computed value (rrs) computes it into a local scratch slot first, then puts it;
 * channels: one memory channel per (peer pair, IR channel) inside a node, a port channel across nodes
   (Topology.node_of); `channels="memory"|"port"` forces one kind;
@@ -318,6 +320,10 @@ class _Lowering:
         buf, index = self._landing_of_send(rank, tb, step)
         remote = gpu.remote_buffer(peer, buf, kind)
         ll = self.ir.proto == "LL"
+        if ll and kind == "port":  # a port ppkt copies its source as it is: it must hold packets already
+            staged = ("s", gpu.new_scratch(cnt))
+            out.append({"name": "cpkt", "src_buff": [_buf(*value, cnt)], "dst_buff": [_buf(*staged, cnt)]})
+            value = staged
         name = "ppkt" if ll else "pwsf" if kind == "port" else "put"  # port: put, signal and flush in one request
         out.append({"name": name, "src_buff": [_buf(*value, cnt)],
                     "dst_buff": [{"buffer_id": remote, "index": index, "size": cnt}],

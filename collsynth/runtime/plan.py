@@ -198,7 +198,11 @@ class _Machine:
                packets: bool = False) -> None:
         storage, rows = self._slot(rank, buf, index, size, what)
         state = self.ranks[rank]
-        if state.in_flight[storage][rows].any():
+        # Rewriting the very bytes a port put is reading cannot change what it delivers (MSCCL++'s multi-node
+        # packet AllGather packs the same value into one temp slot once per peer); anything else is a race.
+        same_bytes = (state.written[storage][rows].all() and bool((state.packet[storage][rows] == packets).all())
+                      and np.array_equal(state.storages[storage][rows], data))
+        if state.in_flight[storage][rows].any() and not same_bytes:
             raise _Failure(RACE, f"{what} overwrites rank {rank} {buf}[{index}:{index + size}] while a port put "
                            "still reads it; flush the port channel first")
         state.storages[storage][rows] = data
@@ -219,11 +223,15 @@ class _Machine:
         if stamp is not None and not relaxed:
             np.maximum(self.clock[rank], stamp, out=self.clock[rank])
 
-    def _start_dma(self, rank: int, channel: int, src: Mapping[str, Any], what: str) -> None:
-        """A port put: the proxy reads `src` later, so it is in flight until a flush on the channel."""
+    def _start_dma(self, rank: int, channel: int, src: Mapping[str, Any], what: str, packets: bool = False) -> None:
+        """A port put: the proxy reads `src` later, so it is in flight until a flush on the channel. The plan
+        must flush before it ends, except for packets put from the scratch buffer: their receiver waits for
+        the packets' flags, and a double-buffered scratch (LL plans) is not touched by the next run, so
+        MSCCL++'s own packet programs end without a flush."""
         storage, rows = self._slot(rank, str(src["type"]), int(src["index"]), int(src["size"]), what)
         self.ranks[rank].in_flight[storage][rows] = True
-        self.unflushed[(rank, channel)] = self.unflushed.get((rank, channel), 0) + 1
+        if not (packets and src["type"] == "s"):
+            self.unflushed[(rank, channel)] = self.unflushed.get((rank, channel), 0) + 1
 
     # --- running -------------------------------------------------------------------------------
     def run(self) -> int:

@@ -7,7 +7,8 @@ execution kernel defines them (read from microsoft/mscclpp `execution_kernel.hpp
   get: a peer's registered buffer -> local dst (memory channel, one entry per src/dst pair);
 * re: dst0 = src0 op src1 op ... (all local); res: the same, then the result to every remote dst[1:];
   rre: dst0 = src0 (local) op every remote src[1:]; rres: the same, then the result to every remote dst[1:];
-* packets (LL): ppkt: local data -> packets in a peer's scratch; cpkt: local data -> packets in a local
+* packets (LL): ppkt: local data -> packets in a peer's scratch (over a port channel: local packets, copied as
+  they are); cpkt: local data -> packets in a local
   buffer; upkt: local packets -> data; repkt: dst0 = src0 (data) op packets src[1:]; respkt: repkt, then the
   result as packets to every remote dst[1:]; recpkt: repkt, and dst1 (local) gets the result as packets;
   recspkt: recpkt, then packets to every remote dst[2:]; rppkt: local packets src0 -> packets in every remote
@@ -95,12 +96,22 @@ def op_put(m: Any, rank: int, tb: Any, op: Any, kind: str, channels: list[int], 
             raise PlanFailure(LAYOUT, f"{what} puts through a channel to rank {peer} into a buffer of rank {owner}")
         m._write(peer, rank, buf, int(dsts[k]["index"]), int(dsts[k]["size"]), data, what, packets)
         if kind == "port":
-            m._start_dma(rank, channel, src, what)
+            m._start_dma(rank, channel, src, what, packets=packets)
     return True
 
 
 def op_ppkt(m: Any, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str) -> bool:
-    return op_put(m, rank, tb, op, kind, channels, what, packets=True)
+    if kind != "port":
+        return op_put(m, rank, tb, op, kind, channels, what, packets=True)
+    # Over a port channel the executor DMAs the source as it is, twice its size (execution_kernel's put-packet
+    # "assume src and dst are in packet format"): the source must already hold packets, written by cpkt.
+    for src in op.get("src_buff", []):
+        storage, rows = m._slot(rank, *_local(src), what)
+        state = m.ranks[rank]
+        if state.written[storage][rows].all() and not state.packet[storage][rows].all():
+            raise PlanFailure(LAYOUT, f"{what} puts plain data in packets over a port channel; MSCCL++ copies a "
+                              "port ppkt's source as it is, so it must hold packets already (cpkt them first)")
+    return op_put(m, rank, tb, op, kind, channels, what, packets=True, read_packets=True)
 
 
 def op_rppkt(m: Any, rank: int, tb: Any, op: Any, kind: str, channels: list[int], what: str) -> bool:

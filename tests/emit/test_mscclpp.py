@@ -64,6 +64,65 @@ def test_ll_ir_becomes_packet_ops_with_a_double_scratch_buffer():
     assert execute_plan(plan).passed
 
 
+def _port_ll_plan():
+    topology = resolve_topology("2xndv4")
+    program = dict(library_programs(topology, "allreduce"))["hierarchical_allreduce"]
+    return ir_to_plan(compile_program(program, protocol="LL"), topology)
+
+
+def test_ll_across_nodes_packs_packets_before_the_port_put():
+    """MSCCL++'s executor DMAs a port ppkt's source as it is ("assume src and dst are in packet format"): each
+    cross-node LL message is first packed into a scratch slot of the sender's (cpkt), and that slot is put."""
+    plan = _port_ll_plan()
+    port_puts = 0
+    for gpu in plan["gpus"]:
+        for tb in gpu["threadblocks"]:
+            ops = tb["ops"]
+            for k, op in enumerate(ops):
+                if op["name"] == "ppkt" and op["channel_type"] == "port":
+                    port_puts += 1
+                    packed = ops[k - 1]
+                    assert packed["name"] == "cpkt" and packed["dst_buff"] == op["src_buff"]
+                    assert op["src_buff"][0]["type"] == "s"
+    assert port_puts > 0
+    assert execute_plan(plan).passed
+
+
+def test_a_port_ppkt_of_plain_data_is_refused():
+    plan = _port_ll_plan()
+    for gpu in plan["gpus"]:
+        for tb in gpu["threadblocks"]:
+            ops = tb["ops"]
+            for k, op in enumerate(ops):
+                if op["name"] == "ppkt" and op["channel_type"] == "port":
+                    op["src_buff"] = ops[k - 1]["src_buff"]  # put the plain value itself, as before the fix
+    result = execute_plan(plan)
+    assert not result.passed and "port" in result.message and "cpkt" in result.message
+
+
+def test_data_put_over_a_port_channel_must_be_flushed_before_the_plan_ends():
+    topology = resolve_topology("2xndv4")
+    program = dict(library_programs(topology, "allreduce"))["hierarchical_allreduce"]
+    plan = ir_to_plan(compile_program(program), topology)
+    for gpu in plan["gpus"]:
+        for tb in gpu["threadblocks"]:
+            for op in tb["ops"]:
+                if op["name"] == "pwsf":
+                    op["name"] = "pws"  # put and signal, no flush: the proxy may still read the source
+    result = execute_plan(plan)
+    assert not result.passed and "never flushed" in result.message
+
+
+def test_packets_put_from_scratch_need_no_flush():
+    """The receiver waits for the packets' flags and the next run uses the other half of the double scratch
+    buffer, so (as in MSCCL++'s own multi-node packet programs) no flush is needed."""
+    plan = _port_ll_plan()
+    for gpu in plan["gpus"]:
+        for tb in gpu["threadblocks"]:
+            tb["ops"] = [op for op in tb["ops"] if op["name"] != "flush"]
+    assert execute_plan(plan).passed
+
+
 def test_long_threadblocks_are_split_and_chained_by_semaphores():
     ir = samples.ring_allreduce(24)
     assert len(ir.gpus[0].tbs[0].steps) * 2 > MAX_OPERATIONS_PER_TB

@@ -215,3 +215,38 @@ def test_star_import_gives_what_the_examples_use() -> None:
     exec("from collsynth.language.mscclpplang import *", namespace)
     assert {"MSCCLPPProgram", "chunk", "rank", "Json", "Check"} <= set(namespace)
     assert namespace["MSCCLPPProgram"] is MSCCLPPProgram
+
+
+@pytest.mark.parametrize("gpus, per_node", [(4, 2), (6, 3)])
+def test_multinode_packet_allgather_runs_on_the_plan_interpreter(capsys, gpus: int, per_node: int) -> None:
+    """The shape of python/examples/allgather_allpairs_multinodes_packets.py: packets to every peer's scratch,
+    across nodes packed into a local temp buffer first (cpkt) and put over a port channel as they are, then
+    each rank unpacks what arrived. The plan interpreter used to refuse it (it packed plain data on port puts)."""
+    from collsynth.runtime.plan import execute_plan
+
+    collective = AllGather(gpus, 1, True)
+    with MSCCLPPProgram("allgather_multinodes_allpair", collective, gpus, 1, protocol="LL",
+                        replication_policy=ReplicationPolicy.interleaved):
+        for src in range(gpus):
+            piece = chunk(src, Buffer.input, 0, 1)
+            for hop in range(1, gpus):
+                dst = (src + hop) % gpus
+                tb = dst if dst < src else dst - 1
+                if src // per_node == dst // per_node:
+                    piece.put_packet(dst, Buffer.scratch, index=src, sendtb=tb)
+                else:
+                    piece.put_packet(dst, Buffer.scratch, index=src, sendtb=tb, chan_type=ChannelType.port,
+                                     temp_buffer=Buffer.scratch, temp_buffer_index=src)
+        for src in range(gpus):
+            for hop in range(1, gpus):
+                dst = (src + hop) % gpus
+                tb = src if src < dst else src - 1
+                chunk(dst, Buffer.scratch, src, 1).copy_packet(dst, Buffer.output, src, sendtb=tb + gpus - 1)
+        Json()
+        assert Check()
+    plan = _plan(capsys)
+    port_puts = [op for gpu in plan["gpus"] for tb in gpu["threadblocks"] for op in tb["ops"]
+                 if op["name"] == "ppkt" and op.get("channel_type") == "port"]
+    assert port_puts
+    result = execute_plan(plan)
+    assert result.passed, str(result)
