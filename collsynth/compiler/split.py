@@ -14,17 +14,22 @@ XML writers and `collsynth doctor` use it).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import replace
 
 from collsynth.compiler.dag import transfer_chain
 from collsynth.compiler.errors import CompileError
 from collsynth.compiler.placement import ChannelledDAG, Placement, Schedule, TbPlan
-from collsynth.core.limits import MAX_CHANNELS, MAX_COUNT
+from collsynth.core.limits import MAX_CHANNELS, MAX_COUNT, MAX_TBS_PER_CHANNEL
 from collsynth.core.steps import RECEIVING_TYPES, SENDING_TYPES
 from collsynth.core.targets import Target, get_target
 from collsynth.ir import NOP, REDUCE, SEND, Algo, Step, Threadblock, coll_spelling
+from collsynth.ir.validate import IRError
 from collsynth.language.program import Program, Slot
+
+# What collsynth.ir.validate says of a channel with more threadblocks than MSCCL runs on one (the count first).
+CROWDED_CHANNEL = re.compile(r"(\d+) threadblocks on channel \d+, but MSCCL runs at most")
 
 
 class TargetLimitError(CompileError):
@@ -153,7 +158,13 @@ def split_to_target(program: Program, target: Target | str, compile_once: Compil
     """Compile with 1, 2, 3, ... way channel spreading until the target's runtime loads the IR; refuse (one
     line naming the limit and the runtime) when even the most channels the runtime allows do not fit."""
     t = get_target(target)
-    ir = _fit_ids(compile_once(program, 1, False), t)
+    try:
+        ir = _fit_ids(compile_once(program, 1, False), t)
+    except IRError as error:  # the IR's own check: too many threadblocks on one channel for any MSCCL runtime
+        crowded = CROWDED_CHANNEL.search(str(error))
+        if crowded is None or program.options.threadblock_policy == "manual":
+            raise
+        return _spread_until_it_fits(program, t, compile_once, str(error), -(-int(crowded[1]) // MAX_TBS_PER_CHANNEL))
     problem = target_violation(ir, t)
     if problem is None:
         return ir
@@ -178,20 +189,32 @@ def split_to_target(program: Program, target: Target | str, compile_once: Compil
         raise TargetLimitError(f"program {program.name!r}: {problem}; its threadblocks are placed by hand "
                                "(threadblock_policy manual), so the compiler does not split them: move ops to more "
                                "threadblocks or channels")
-    first = problem
-    limit = min(t.max_channels, MAX_CHANNELS)
-    base = ir.nchannels
     # k-way spreading leaves some threadblock at least 1/k of the longest one's steps: fewer ways cannot fit
     longest = max((len(tb.steps) for _, tb in ir.threadblocks()), default=0)
     k = max(2, -(-longest // t.max_steps_per_tb)) if "steps per thread block" in problem else 2
+    return _spread_until_it_fits(program, t, compile_once, problem, k, base=ir.nchannels)
+
+
+def _spread_until_it_fits(program: Program, t: Target, compile_once: CompileOnce, problem: str, k: int,
+                          base: int = 1) -> Algo:
+    """Compile with k, k+1, ... way channel spreading until the IR fits `t`; refuse once `base * k` channels
+    would exceed what the runtime has."""
+    first = problem
+    limit = min(t.max_channels, MAX_CHANNELS)
+    k = max(k, 2)
     while _splits_steps(problem) and base * k <= limit:
         try:
             candidate = _fit_ids(compile_once(program, k, False), t)
+        except IRError as error:
+            if CROWDED_CHANNEL.search(str(error)) is None:
+                break
+            problem = str(error)
         except CompileError:
             break
-        problem = target_violation(candidate, t)
-        if problem is None:
-            return candidate
+        else:
+            problem = target_violation(candidate, t) or ""
+            if not problem:
+                return candidate
         k += 1
     raise TargetLimitError(f"program {program.name!r} does not fit {t.name}: {first}, and no split over at most "
                            f"{limit} channels fits either ({problem})")
@@ -200,7 +223,8 @@ def split_to_target(program: Program, target: Target | str, compile_once: Compil
 def _splits_steps(problem: str) -> bool:
     """Spreading channels shortens threadblocks and thins crowded channels; it cannot reduce the number of thread
     blocks per GPU or load custom colls."""
-    return "steps per thread block" in problem or "thread blocks per channel" in problem
+    return ("steps per thread block" in problem or "thread blocks per channel" in problem
+            or CROWDED_CHANNEL.search(problem) is not None)
 
 
 def steps_per_connection(ir: Algo) -> int:

@@ -266,3 +266,25 @@ def test_threadblocks_longer_than_msccls_default_fit_every_target_that_allows_th
         assert target_violation(split, name) is None
         assert max(len(tb.steps) for _, tb in split.threadblocks()) <= get_target(name).max_steps_per_tb
         assert passes(split, ring)
+
+
+def test_a_channel_with_more_threadblocks_than_msccl_runs_is_spread_not_refused() -> None:
+    """36 ranks, every peer's connection on channel 0: 35 threadblocks there, over the 32 MSCCL runs on one
+    channel (the IR validator's check, which the default compile keeps). For a target the compiler spreads the
+    connections over more channels, and the program stays correct."""
+    from collsynth.ir.validate import IRError
+    from collsynth.language import Buffer, MSCCLProgram, chunk
+    from collsynth.language.collectives import AllToAll
+
+    n = 36
+    with MSCCLProgram("one_channel_alltoall", fully_connected(n), AllToAll(n, 1, False), 1) as dsl:
+        for src in range(n):
+            for dst in range(n):
+                chunk(src, Buffer.input, dst).copy(dst, Buffer.output, src, ch=0)
+        program = dsl.program()
+    with pytest.raises(IRError, match="35 threadblocks on channel 0"):
+        compile_program(program)
+    ir = compile_program(program, target="msccl-executor")
+    assert target_violation(ir, "msccl-executor") is None and ir.nchannels >= 2
+    assert all(sum(1 for tb in gpu.tbs if tb.chan == c) <= 32 for gpu in ir.gpus for c in range(ir.nchannels))
+    assert passes(ir, program)
