@@ -39,6 +39,7 @@ from collsynth.catalog.plan import DEFAULT_ITEM_TIMEOUT_S, Plan, WorkItem
 from collsynth.catalog.results import ItemResult, timed_out
 from collsynth.catalog.store import load_xml_text
 from collsynth.core.errors import CollsynthError
+from collsynth.core.signals import terminate_as_interrupt
 
 DEFAULT_STALE_AFTER_S = 60.0  # the claim lease: a builder's heartbeat comes every quarter of it
 WAIT_POLL_S = 0.5  # how often a builder that waits for other builders' items looks again
@@ -91,8 +92,7 @@ def build_catalog(plan: Plan, db_path: str | os.PathLike[str], *, jobs: int = 1,
     options: dict[str, Any] = {"jobs": jobs, "retry_failed": retry_failed, "on_event": on_event,
                                "stale_after_s": stale_after_s, "item_timeout_s": plan.item_timeout_s,
                                "wait_for_others": wait_for_others}
-    previous_sigterm = _raise_interrupt_on_sigterm()  # from here on SIGTERM is Ctrl-C: finished work is kept
-    try:
+    with terminate_as_interrupt():  # from here on SIGTERM is Ctrl-C: finished work is kept
         if cluster is None:
             with Catalog(db_path, create=True) as catalog:
                 return run_items(catalog, items, **options)
@@ -101,9 +101,6 @@ def build_catalog(plan: Plan, db_path: str | os.PathLike[str], *, jobs: int = 1,
         Catalog.check_creatable(db_path)
         with DaskRunner(parse_cluster(cluster)) as runner, Catalog(db_path, create=True) as catalog:
             return run_items(catalog, items, runner=runner, **options)
-    finally:
-        if previous_sigterm is not None:
-            signal.signal(signal.SIGTERM, previous_sigterm)
 
 
 def run_items(catalog: Catalog, items: Sequence[WorkItem], *, jobs: int = 1, retry_failed: bool = False,
@@ -147,9 +144,8 @@ def run_items(catalog: Catalog, items: Sequence[WorkItem], *, jobs: int = 1, ret
 
     run = runner or (_run_serial if jobs == 1 or len(pending) <= 1
                      else lambda todo, *rest: _run_parallel(todo, jobs, *rest))
-    previous_sigterm = _raise_interrupt_on_sigterm()
     try:
-        with _heartbeat(catalog, owner, stale_after_s):
+        with terminate_as_interrupt(), _heartbeat(catalog, owner, stale_after_s):
             run(pending, claim, record, timeout_s)
             while elsewhere:
                 # drop what the other builders finished; run what a dead builder left; wait for the rest
@@ -167,9 +163,6 @@ def run_items(catalog: Catalog, items: Sequence[WorkItem], *, jobs: int = 1, ret
     except BaseException:
         catalog.release_all(owner)  # Ctrl-C, SIGTERM or a crash: what is not recorded goes back to the pool
         raise
-    finally:
-        if previous_sigterm is not None:
-            signal.signal(signal.SIGTERM, previous_sigterm)
     resimulated = resimulate_missing(catalog, items, emit)
     return BuildSummary(items=len(items), skipped=len(items) - len(pending), claimed_elsewhere=len(elsewhere),
                         ran=counts["ran"], failed_items=counts["failed_items"], entries_ok=counts["ok"],
@@ -203,16 +196,6 @@ def _heartbeat(catalog: Catalog, owner: str, lease_s: float) -> Iterator[None]:
 class ItemTimeout(BaseException):
     """A work item ran past its time limit (a BaseException so the pipeline's error capture lets it through)."""
 
-
-def _raise_interrupt_on_sigterm() -> Any:
-    """While building, SIGTERM stops the build like Ctrl-C (workers ended, claims released)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt("terminated")
-
-    return signal.signal(signal.SIGTERM, handler)
 
 
 @contextmanager
