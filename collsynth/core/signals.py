@@ -1,8 +1,9 @@
 """Signals: SIGTERM handled like Ctrl-C, and worker pools that a signal cannot catch half-started.
 
 `terminate_as_interrupt()` makes a SIGTERM raise KeyboardInterrupt in the main thread, so every command's Ctrl-C
-path (keep finished work, write what is done, exit 130) also runs when a scheduler or `kill` stops it. The
-previous handler comes back when the block ends.
+path (keep finished work, write what is done, exit 130) also runs when a scheduler or `kill` stops it; and an
+interrupt that lands in a finalizer, where Python would drop it with an "Exception ignored" traceback, is
+delivered again. The previous handler and hook come back when the block ends.
 
 Spawned workers are the other hazard. A spawned worker reads its start-up data from a pipe its parent writes
 after starting it, then opens the pool's semaphores by name. A parent interrupted between the two closes the pipe
@@ -17,10 +18,13 @@ its default, so they die quietly) and SIGKILL after that, before the parent can 
 
 from __future__ import annotations
 
+import _thread
 import functools
 import multiprocessing
 import signal
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -39,17 +43,53 @@ def _raise_terminated(signum: int, frame: FrameType | None) -> None:
     raise Terminated(f"signal {signum}")
 
 
+def _redeliver_interrupts(previous: Callable[[Any], object]) -> Callable[[Any], object]:
+    """An unraisable-exception hook that delivers again an interrupt that Python had to drop.
+
+    A KeyboardInterrupt raised inside a `__del__` or a weakref callback cannot leave it: Python prints "Exception
+    ignored in ..." with a traceback and goes on as if no Ctrl-C had come. z3 objects free themselves in
+    `__del__` (one per term, and a context's can take long), so a Ctrl-C often lands there. This hook prints
+    nothing for it and signals the main thread again (the same signal: SIGTERM for `Terminated`) once the hook
+    has returned; should that land in a finalizer again, it comes back here. Any other exception goes to
+    `previous`.
+
+    The signal is sent from a helper thread: a handler runs at the main thread's next check for signals, and a
+    signal sent from the hook itself would be handled (and raised) inside the hook."""
+
+    def hook(unraisable: Any) -> object:
+        kind = unraisable.exc_type
+        if not (isinstance(kind, type) and issubclass(kind, KeyboardInterrupt)):
+            return previous(unraisable)
+        signum = signal.SIGTERM if issubclass(kind, Terminated) else signal.SIGINT
+        returned: list[bool] = []
+
+        def deliver() -> None:
+            while not returned:
+                time.sleep(0.001)
+            _thread.interrupt_main(signum)
+
+        threading.Thread(target=deliver, name="collsynth-interrupt-redelivery", daemon=True).start()
+        returned.append(True)  # the hook's last act: nothing after it checks for signals
+        return None
+
+    return hook
+
+
 @contextmanager
 def terminate_as_interrupt() -> Iterator[None]:
-    """Within the block, SIGTERM raises `Terminated` (a KeyboardInterrupt) in the main thread. Outside the
+    """Within the block, SIGTERM raises `Terminated` (a KeyboardInterrupt) in the main thread, and an interrupt
+    raised where Python must drop it (a finalizer) is delivered again (`_redeliver_interrupts`). Outside the
     main thread (where Python cannot install handlers) the block runs unchanged."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = _redeliver_interrupts(previous_hook)
     try:
         yield
     finally:
+        sys.unraisablehook = previous_hook
         signal.signal(signal.SIGTERM, previous)
 
 
