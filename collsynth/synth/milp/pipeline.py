@@ -57,9 +57,22 @@ from collsynth.synth.milp.schedule_stage import Candidate, ScheduleWork, schedul
 from collsynth.topologies import Topology
 
 
+@dataclass
+class _InHand:
+    """The best finished schedule of the collective asked for, and the proven bound with it: what an interrupt
+    between two stages keeps (one within a stage keeps that stage's best, `StagesInterrupted.best`)."""
+
+    best: Candidate | None = None
+    lower: float | None = None
+
+    def keep(self, best: Candidate, lower: float | None) -> Candidate:
+        self.best, self.lower = best, lower
+        return best
+
+
 @dataclass(frozen=True)
 class _Run:
-    """One run's fixed inputs: what every part of the pipeline reads."""
+    """One run's fixed inputs: what every part of the pipeline reads (and the schedule in hand it updates)."""
 
     topology: Topology
     target: Collective
@@ -69,6 +82,7 @@ class _Run:
     gap: float
     clock: Clock
     parameters: MilpParameters
+    in_hand: _InHand
 
     def schedule(self, candidate: Candidate, name: str, reports: list[StageReport], *, lower: float | None = None,
                  reserve: float | None = None) -> Candidate:
@@ -83,7 +97,8 @@ class _Run:
 def _non_combining(run: _Run, reports: list[StageReport]) -> tuple[Candidate, float | None]:
     inst = build_instance(run.topology, run.target, run.sketch, run.chunk_bytes)
     best, lower = route_and_order(inst, run.solver, run.clock, run.parameters, run.gap, reports)
-    return run.schedule(best, SCHEDULE_MILP, reports, lower=lower), lower
+    run.in_hand.keep(best, lower)
+    return run.in_hand.keep(run.schedule(best, SCHEDULE_MILP, reports, lower=lower), lower), lower
 
 
 def _forward_and_reversed(run: _Run, forward_collective: Collective, stage: str, reports: list[StageReport],
@@ -103,7 +118,8 @@ def _reduction(run: _Run, reports: list[StageReport]) -> tuple[Candidate, float 
     """ReduceScatter / Reduce: the non-combining dual's schedule, reversed and re-timed (no proven bound: the
     routing bound holds for the dual)."""
     _, _, mirrored = _forward_and_reversed(run, run.target.non_combining_dual(), DUAL_SCHEDULE_MILP, reports)
-    return run.schedule(mirrored, REDUCE_SCHEDULE_MILP, reports), None
+    run.in_hand.keep(mirrored, None)
+    return run.in_hand.keep(run.schedule(mirrored, REDUCE_SCHEDULE_MILP, reports), None), None
 
 
 def _allreduce(run: _Run, reports: list[StageReport]) -> tuple[Candidate, float | None]:
@@ -114,7 +130,8 @@ def _allreduce(run: _Run, reports: list[StageReport]) -> tuple[Candidate, float 
     owners = {c: inst.chunks[c].sources[0] for c in range(len(inst.chunks))}
     problem, orders = concatenate(reduce, forward, owners)
     merged = Candidate(problem, orders, evaluate(problem, orders))
-    return run.schedule(merged, ALLREDUCE_SCHEDULE_MILP, reports), None
+    run.in_hand.keep(merged, None)
+    return run.in_hand.keep(run.schedule(merged, ALLREDUCE_SCHEDULE_MILP, reports), None), None
 
 
 def _target(topology: Topology, collective: str | Collective, sketch: Sketch, size_bytes: int, solver: str,
@@ -148,17 +165,19 @@ def synthesize_milp(topology: Topology, collective: str | Collective, sketch: Sk
     give a fake one)."""
     target = _target(topology, collective, sketch, size_bytes, solver, time_limit, root)
     clock = Clock(now(), time_limit, stop_grace(solver), parameters.min_stage_seconds, now)
-    run = _Run(topology, target, sketch, size_bytes / sketch.chunkup, solver, gap, clock, parameters)
+    run = _Run(topology, target, sketch, size_bytes / sketch.chunkup, solver, gap, clock, parameters, _InHand())
     reports: list[StageReport] = []
     try:
         final, lower = _final(run, reports)
-    except StagesInterrupted as stop:  # Ctrl-C or SIGTERM: the best schedule in hand, verified, is kept
-        if stop.best is None:
+        return _result(run, final, lower, size_bytes, time_limit, [*reports])
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: the best schedule in hand, verified, is kept
+        best, lower = run.in_hand.best, run.in_hand.lower
+        if isinstance(stop, StagesInterrupted) and stop.best is not None:  # the stage's best: at least as good
+            best, lower = stop.best, stop.lower
+        if best is None:
             raise
         reports.append(StageReport("interrupted", 0.0, "the best schedule so far is kept", status="interrupted"))
-        raise MilpInterrupted(_result(run, stop.best, stop.lower, size_bytes, time_limit, reports,
-                                      interrupted=True)) from stop
-    return _result(run, final, lower, size_bytes, time_limit, reports)
+        raise MilpInterrupted(_result(run, best, lower, size_bytes, time_limit, reports, interrupted=True)) from stop
 
 
 def _final(run: _Run, reports: list[StageReport]) -> tuple[Candidate, float | None]:
