@@ -33,6 +33,8 @@ import numpy as np
 from collsynth.core.errors import CollsynthError
 
 SOLVERS = ("cbc", "highs")
+# How long one wait for HiGHS lasts before the next: only bounds the wait's granularity (a signal ends it at once).
+HIGHS_WAIT_S = 1.0
 
 # CBC checks its -sec limit only between the steps of its search, and some steps of a large model's root
 # node check neither it nor SIGINT: on DGX-2 2-node AllGather (sk2, ~29k columns) the root LP took ~20 s
@@ -175,7 +177,7 @@ def _solve_highs(m: LpMatrix, time_limit: float | None, gap: float, warm: np.nda
         sol.col_value = [float(v) for v in warm]
         sol.value_valid = True
         h.setSolution(sol)
-    h.run()
+    _run_interruptible(h)
     model_status = h.getModelStatus()
     info = h.getInfo()
     has_point = info.primal_solution_status == highspy.SolutionStatus.kSolutionStatusFeasible
@@ -183,6 +185,22 @@ def _solve_highs(m: LpMatrix, time_limit: float | None, gap: float, warm: np.nda
     bound = float(info.mip_dual_bound) if is_mip and math.isfinite(info.mip_dual_bound) else None
     status = _highs_status(model_status, has_point)
     return SolveResult("highs", status, None, bound, 0.0, values, h.modelStatusToString(model_status))
+
+
+def _run_interruptible(h: Any) -> None:
+    """`h.run()`, stopped by Ctrl-C or SIGTERM. HiGHS runs in a thread of its own while this one waits (a wait
+    that a signal's handler interrupts at once; in `run()` itself the signal would wait for HiGHS to finish, up to
+    its time limit). On the interrupt HiGHS is told to stop, through its user-interrupt callback, which runs in
+    HiGHS's thread (where no signal handler can raise), and is waited for; then the interrupt goes on."""
+    h.HandleUserInterrupt = True
+    h.startSolve()
+    try:
+        while not h.wait(HIGHS_WAIT_S)[0]:
+            pass
+    except BaseException:
+        h.cancelSolve()
+        h.wait()  # HiGHS stops at its next callback (a second Ctrl-C leaves it to end with the process)
+        raise
 
 
 def _highs_lp(m: LpMatrix) -> Any:
