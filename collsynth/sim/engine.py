@@ -42,6 +42,7 @@ import itertools
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from collsynth.core.collector import paused_collector
 from collsynth.core.steps import LOCAL_TYPES
 from collsynth.ir import RECEIVING_TYPES, REDUCE, SENDING_TYPES, STEP_TYPES, Algo
 from collsynth.sim import protocol
@@ -129,6 +130,7 @@ def plan(ir: Algo, topology: Topology) -> Plan:
             receives.append(0)
         return connections[key]
 
+    new_step = tuple.__new__
     all_steps: list[tuple[PlannedStep, ...]] = []
     all_step_labels: list[tuple[int, ...]] = []
     for gpu in ir.gpus:
@@ -195,12 +197,14 @@ def plan(ir: Algo, topology: Topology) -> Plan:
                     sends[send_conn] += 1
                 if receiving:
                     receives[recv_conn] += 1
+                # tuple.__new__: PlannedStep's own __new__ is Python code, and a large IR has many steps
                 if sending:
-                    planned.append(PlannedStep(step.cnt, dep_tb, dep_step, recv_conn if receiving else -1, send_conn,
-                                               link, switch_ids, alpha, beta, False, False))
+                    planned.append(new_step(PlannedStep, (step.cnt, dep_tb, dep_step, recv_conn if receiving else -1,
+                                                          send_conn, link, switch_ids, alpha, beta, False, False)))
                 else:
-                    planned.append(PlannedStep(step.cnt, dep_tb, dep_step, recv_conn if receiving else -1, -1, -1, (),
-                                               0.0, 0.0, step.type in LOCAL_TYPES, step.type == REDUCE))
+                    planned.append(new_step(PlannedStep, (step.cnt, dep_tb, dep_step, recv_conn if receiving else -1,
+                                                          -1, -1, (), 0.0, 0.0, step.type in LOCAL_TYPES,
+                                                          step.type == REDUCE)))
             all_steps.append(tuple(planned))
             all_step_labels.append(tuple(step.s for step in tb.steps))
     conn_list = sorted(connections, key=connections.__getitem__)
@@ -217,16 +221,26 @@ def run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, loc
         fifo_slots: int | None = FIFO_SLOTS, reduce_beta_us_per_mb: float | None = None) -> RunResult:
     """Simulate `ntiles` tiles in which each chunk slice is `slice_mb` MB; return the makespan.
 
-    `fifo_slots`: sends a connection holds before its receiver consumes them (None: unbounded)."""
+    `fifo_slots`: sends a connection holds before its receiver consumes them (None: unbounded). The cyclic
+    garbage collector is paused meanwhile: the loop allocates a tuple per heap entry and frees nothing cyclic."""
+    with paused_collector():
+        return _run(plan_, slice_mb, ntiles, local_alpha_us=local_alpha_us,
+                    local_beta_us_per_mb=local_beta_us_per_mb, fifo_slots=fifo_slots,
+                    reduce_beta_us_per_mb=reduce_beta_us_per_mb)
+
+
+def _run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, local_beta_us_per_mb: float,
+         fifo_slots: int | None, reduce_beta_us_per_mb: float | None) -> RunResult:
     steps = plan_.steps
     ntbs = len(steps)
     nsteps = [len(tb) for tb in steps]
     total = [n * ntiles for n in nsteps]
-    send_dur = [[st.alpha_us + st.cnt * slice_mb * st.beta_us_per_mb if st.send_conn >= 0 else 0.0 for st in tb]
-                for tb in steps]
     reduce_beta = local_beta_us_per_mb if reduce_beta_us_per_mb is None else reduce_beta_us_per_mb
-    local_dur = [[local_alpha_us + st.cnt * slice_mb * (reduce_beta if st.reduces else local_beta_us_per_mb)
-                  if st.local else 0.0 for st in tb] for tb in steps]
+    # per step: what the loop reads, with the step's duration (its transfer's, or a standalone local step's)
+    work = [[(st.dep_tb, st.dep_step, st.recv_conn, st.send_conn, st.link, st.switches, st.local,
+              st.alpha_us + st.cnt * slice_mb * st.beta_us_per_mb if st.send_conn >= 0
+              else local_alpha_us + st.cnt * slice_mb * (reduce_beta if st.reduces else local_beta_us_per_mb)
+              if st.local else 0.0) for st in tb] for tb in steps]
     done = [[-1.0] * t for t in total]  # finish time of each (tile, step); -1 while unknown
     pc = [0] * ntbs  # next (tile * nsteps + step) to run
     free = [0.0] * ntbs  # when the threadblock's previous step finished
@@ -249,16 +263,21 @@ def run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, loc
     pop = heapq.heappop
     replace = heapq.heapreplace
 
+    # The heap orders (time, sequence number, threadblock). Where a threadblock would be pushed at a time
+    # strictly before everything in the heap, the pop that follows would return it at once: it goes on instead
+    # (the same order of events, without the push and pop).
     while heap:
         t, _, g = pop(heap)
-        tb_steps = steps[g]
+        tb_work = work[g]
         n = nsteps[g]
+        end = total[g]
+        done_g = done[g]
         while True:
             p = pc[g]
-            if p == total[g]:
+            if p == end:
                 break
             tile, s = divmod(p, n)
-            _, dg, dstep, rc, sc, link, switches, _, _, local, _ = tb_steps[s]
+            dg, dstep, rc, sc, link, switches, local, dur = tb_work[s]
             ready = free[g]
             if dg >= 0:
                 di = tile * nsteps[dg] + dstep
@@ -285,20 +304,22 @@ def run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, loc
                 if freed[j] > ready:
                     ready = freed[j]
             if ready > t:
-                push(heap, (ready, next(seq), g))
-                break
+                if heap and ready >= heap[0][0]:
+                    push(heap, (ready, next(seq), g))
+                    break
+                t = ready
             finish = t
             if rc >= 0:
                 recv_next[rc] += 1
             if local:
-                finish = t + local_dur[g][s]
+                finish = t + dur
             if sc >= 0:
                 sent[sc] += 1
                 start = link_free[link] if link_free[link] > t else t
                 for sw in switches:
                     if lanes[sw][0] > start:
                         start = lanes[sw][0]
-                finish = start + send_dur[g][s]
+                finish = start + dur
                 link_free[link] = finish
                 for sw in switches:
                     replace(lanes[sw], finish)
@@ -313,7 +334,7 @@ def run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, loc
                 if waiter >= 0:
                     slot_waiter[rc] = -1
                     push(heap, (finish, next(seq), waiter))
-            done[g][p] = finish
+            done_g[p] = finish
             waiters = dep_waiters[g]
             if waiters:
                 waiting = waiters.pop(p, None)
@@ -325,8 +346,10 @@ def run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, loc
             if s == n - 1 and finish > tile_end[tile]:
                 tile_end[tile] = finish
             if finish > t:
-                push(heap, (finish, next(seq), g))
-                break
+                if heap and finish >= heap[0][0]:
+                    push(heap, (finish, next(seq), g))
+                    break
+                t = finish
 
     stuck = [g for g in range(ntbs) if pc[g] < total[g]]
     if stuck:

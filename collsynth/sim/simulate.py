@@ -135,8 +135,10 @@ class SimResult:
 
 
 def simulate(ir: Algo, topology: Topology, sizes: Iterable[int], *, dtype: str = "float32",
-             model: SimModel | None = None) -> SimResult:
-    """Time `ir` on `topology` for each requested size (bytes, nccl-tests `-b/-e` style)."""
+             model: SimModel | None = None, planned: engine.Plan | None = None) -> SimResult:
+    """Time `ir` on `topology` for each requested size (bytes, nccl-tests `-b/-e` style). `planned`: the
+    plan `engine.plan(ir, topology)` made earlier (planning is size-independent; a tuner times one IR at
+    many sizes); None: planned here."""
     model = model or SimModel()
     type_name, elem_bytes = dtype_info(dtype)
     if ir.nchunksperloop < 1:
@@ -144,7 +146,8 @@ def simulate(ir: Algo, topology: Topology, sizes: Iterable[int], *, dtype: str =
     sizes = [int(size) for size in sizes]
     if not sizes:
         raise SimError("no sizes to simulate; give at least one size")
-    planned = engine.plan(ir, topology)
+    if planned is None:
+        planned = engine.plan(ir, topology)
     factor = busbw_factor(ir.collective, ir.ngpus)
     tile_bytes = model.tile_for(ir.proto)
     rows, tiles, extrapolated = [], [], []

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from collsynth.core.collector import paused_collector
 from collsynth.tune.evaluate import Evaluator, Timing
 from collsynth.tune.space import ORDERED_AXES, RESOURCE_AXES, Candidate, Config, Grid
 
@@ -115,7 +116,11 @@ def tune_size(evaluator: Evaluator, size: int, grid: Grid | None = None,
     (from `warm`'s resource values when given, e.g. the previous size's best). `descents`: descend only from
     that many of the best (candidate, protocol) starting points (None: the better half, rounded up; AutoCCL
     likewise prunes implementations whose starting point is already far behind)."""
-    grid = grid or Grid()
+    with paused_collector():  # compiled IRs and plans pile up in the evaluator: nothing cyclic to free
+        return _tune_size(evaluator, size, grid or Grid(), warm, descents)
+
+
+def _tune_size(evaluator: Evaluator, size: int, grid: Grid, warm: Config | None, descents: int | None) -> SizeResult:
     start_clock = time.perf_counter()
     walk = _Walk(evaluator, size)
     starts = []
@@ -160,7 +165,11 @@ def _warm_start(start: Config, warm: Config, grid: Grid, candidate: Candidate) -
 
 def exhaustive_size(evaluator: Evaluator, size: int, grid: Grid | None = None) -> SizeResult:
     """Every configuration of the grid at `size` (the reference the tuner is measured against)."""
-    grid = grid or Grid()
+    with paused_collector():
+        return _exhaustive_size(evaluator, size, grid or Grid())
+
+
+def _exhaustive_size(evaluator: Evaluator, size: int, grid: Grid) -> SizeResult:
     start_clock = time.perf_counter()
     walk = _Walk(evaluator, size)
     best: Config | None = None
