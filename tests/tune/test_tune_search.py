@@ -193,7 +193,8 @@ RECORDED_PATHS = {
         "syn:ring-ag LL x1 stage nofuse tb/conn", "lib:ring_allgather LL x1 contiguous tb/conn",
         "lib:ring_allgather LL x1 contiguous nofuse", "lib:ring_allgather LL x1 contiguous nofuse tb/conn"]),
     1 << 30: ("lib:ring_allgather Simple x2 contiguous", 17798.400000000063, [
-        "lib:ring_allgather Simple x1 contiguous", "syn:ring-ag Simple x1 contiguous", "syn:ring-ag Simple x2 contiguous",
+        "lib:ring_allgather Simple x1 contiguous", "syn:ring-ag Simple x1 contiguous",
+        "syn:ring-ag Simple x2 contiguous",
         "syn:ring-ag Simple x2 contiguous tb/conn", "syn:ring-ag Simple x2 contiguous nofuse",
         "syn:ring-ag Simple x2 contiguous nofuse tb/conn", "syn:ring-ag Simple x2 stage",
         "syn:ring-ag Simple x2 stage tb/conn", "syn:ring-ag Simple x2 stage nofuse",
