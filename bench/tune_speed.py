@@ -60,7 +60,8 @@ def record(result: SizeResult) -> dict[str, Any]:
     """The pick, its exact time (repr: every bit), the evaluations and the trace."""
     return {"size": result.size, "best": result.best.label() if result.best else None,
             "time_us": repr(result.timing.time_us), "busbw": repr(result.timing.busbw_GBps),
-            "evaluations": result.evaluations, "trace": [[c.label(), repr(t)] for c, t in result.trace]}
+            "evaluations": result.evaluations, "stopped": getattr(result, "stopped", 0),
+            "trace": [[c.label(), repr(t)] for c, t in result.trace]}
 
 
 def time_entries(folder: Path | None, repeat: int) -> list[tuple[str, float, dict[str, Any]]]:
@@ -101,18 +102,36 @@ def dump(folder: Path | None, entries: list[tuple[str, float, dict[str, Any]]]) 
     return out
 
 
+def records(dumped: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every record of a dump by section and key (a catalog sweep: one record per size)."""
+    out = {}
+    for section, entries in dumped.items():
+        for key, value in entries.items():
+            for rec in value if isinstance(value, list) else [value]:
+                out[f"{section} {key} {rec['size']}"] = rec
+    return out
+
+
 def compare(a: dict[str, Any], b: dict[str, Any]) -> int:
-    """Print every difference; the number of records compared and differing."""
-    compared = differing = 0
-    for section in sorted(set(a) | set(b)):
-        for key in sorted(set(a.get(section, {})) | set(b.get(section, {}))):
-            compared += 1
-            left, right = a.get(section, {}).get(key), b.get(section, {}).get(key)
-            if left != right:
-                differing += 1
-                print(f"DIFFERS {section} {key}")
-    print(f"{compared} records compared, {differing} differ")
-    return differing
+    """Print every pick (configuration, time, busbw) that differs; the number that differ. A trace may lose
+    configurations (B's simulations stopped once they could not win) but must otherwise be A's."""
+    left, right = records(a), records(b)
+    picks = paths = 0
+    for key in sorted(set(left) | set(right)):
+        x, y = left.get(key), right.get(key)
+        if x is None or y is None or (x["best"], x["time_us"], x["busbw"]) != (y["best"], y["time_us"], y["busbw"]):
+            picks += 1
+            print(f"PICK DIFFERS {key}")
+            continue
+        rest = iter(map(tuple, x["trace"]))
+        if not all(entry in rest for entry in map(tuple, y["trace"])):  # y's trace: a subsequence of x's
+            paths += 1
+            print(f"PATH DIFFERS {key}")
+    shorter = sum(1 for key in left if key in right and len(right[key]["trace"]) < len(left[key]["trace"]))
+    spent = [sum(len(r["trace"]) for r in side.values()) for side in (left, right)]
+    print(f"{len(left)} records compared: {picks} picks differ, {paths} paths differ; {shorter} traces shorter in "
+          f"B (evaluations {spent[0]} -> {spent[1]}, exhaustive searches included)")
+    return picks + paths
 
 
 def main() -> None:

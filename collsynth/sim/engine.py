@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -217,20 +218,33 @@ def plan(ir: Algo, topology: Topology) -> Plan:
                 switch_lanes=tuple(max(1, switch.bandwidth) for switch in topology.switches))
 
 
+class NotFaster(Exception):  # noqa: N818 - a verdict, not a failure: the caller asked to stop here
+    """Raised by `run(..., stop_at=T)` once the makespan is proved to be at least T (the run is cut short)."""
+
+
+# What a proof that the makespan reaches stop_at must clear: the running sums of transfer times round
+# differently from the event loop's own, so a bound is trusted only this far (relative) past stop_at.
+STOP_MARGIN = 1e-9
+
+
 def run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, local_beta_us_per_mb: float,
-        fifo_slots: int | None = FIFO_SLOTS, reduce_beta_us_per_mb: float | None = None) -> RunResult:
+        fifo_slots: int | None = FIFO_SLOTS, reduce_beta_us_per_mb: float | None = None,
+        stop_at: float = math.inf) -> RunResult:
     """Simulate `ntiles` tiles in which each chunk slice is `slice_mb` MB; return the makespan.
 
-    `fifo_slots`: sends a connection holds before its receiver consumes them (None: unbounded). The cyclic
-    garbage collector is paused meanwhile: the loop allocates a tuple per heap entry and frees nothing cyclic."""
+    `fifo_slots`: sends a connection holds before its receiver consumes them (None: unbounded). `stop_at`:
+    raise NotFaster as soon as the makespan is proved to be at least that (a link's sends run one at a time,
+    so the makespan is at least when the link is next free plus every transfer still to go on it); a run
+    that is not stopped is the same run as without it. The cyclic garbage collector is paused meanwhile: the
+    loop allocates a tuple per heap entry and frees nothing cyclic."""
     with paused_collector():
         return _run(plan_, slice_mb, ntiles, local_alpha_us=local_alpha_us,
                     local_beta_us_per_mb=local_beta_us_per_mb, fifo_slots=fifo_slots,
-                    reduce_beta_us_per_mb=reduce_beta_us_per_mb)
+                    reduce_beta_us_per_mb=reduce_beta_us_per_mb, stop_at=stop_at)
 
 
 def _run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, local_beta_us_per_mb: float,
-         fifo_slots: int | None, reduce_beta_us_per_mb: float | None) -> RunResult:
+         fifo_slots: int | None, reduce_beta_us_per_mb: float | None, stop_at: float) -> RunResult:
     steps = plan_.steps
     ntbs = len(steps)
     nsteps = [len(tb) for tb in steps]
@@ -242,6 +256,13 @@ def _run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, lo
               else local_alpha_us + st.cnt * slice_mb * (reduce_beta if st.reduces else local_beta_us_per_mb)
               if st.local else 0.0) for st in tb] for tb in steps]
     done = [[-1.0] * t for t in total]  # finish time of each (tile, step); -1 while unknown
+    stop = stop_at * (1 + STOP_MARGIN)
+    to_go = [0.0] * plan_.num_links  # per link: the transfer time of its sends not yet started
+    if math.isfinite(stop):
+        for tb_work in work:
+            for item in tb_work:
+                if item[3] >= 0:  # a send: its link, its transfer time
+                    to_go[item[4]] += item[7] * ntiles
     pc = [0] * ntbs  # next (tile * nsteps + step) to run
     free = [0.0] * ntbs  # when the threadblock's previous step finished
     nconn = len(plan_.connections)
@@ -321,6 +342,9 @@ def _run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, lo
                         start = lanes[sw][0]
                 finish = start + dur
                 link_free[link] = finish
+                to_go[link] -= dur
+                if finish + to_go[link] >= stop:
+                    raise NotFaster(f"the makespan is at least {finish + to_go[link]} us")
                 for sw in switches:
                     replace(lanes[sw], finish)
                 arrivals[sc].append(finish)

@@ -27,7 +27,7 @@ from collsynth.ir import Algo
 from collsynth.language.lower import lower_to_program
 from collsynth.language.program import Program
 from collsynth.sim import SimModel, SimRow, simulate
-from collsynth.sim.engine import Plan, plan
+from collsynth.sim.engine import NotFaster, Plan, plan
 from collsynth.sim.simulate import busy_bound_us
 from collsynth.topologies import Topology
 from collsynth.tune.space import Candidate, Config, TuneError
@@ -77,14 +77,16 @@ class Evaluator:
         self._irs: dict[_Build, Algo | str] = {}
         self._plans: dict[Config, Plan | str] = {}
         self._rows: dict[_Simulated, SimRow | str] = {}
+        self._rows_at_least: dict[_Simulated, float] = {}  # proved by a simulation stopped early (time_below)
         self._timings: dict[tuple[Config, int], Timing] = {}
+        self._at_least: dict[tuple[Config, int], float] = {}  # the same, per configuration and size
 
     def subset(self, names: list[str] | tuple[str, ...]) -> Evaluator:
         """An evaluator of some of the candidates that shares this one's compiled IRs and timings."""
         sub = Evaluator(self.topology, [self.candidates[n] for n in names], backend=self.backend, dtype=self.dtype,
                         model=self.model, target=self.target)
         sub._programs, sub._irs, sub._plans, sub._rows = self._programs, self._irs, self._plans, self._rows
-        sub._timings = self._timings
+        sub._rows_at_least, sub._timings, sub._at_least = self._rows_at_least, self._timings, self._at_least
         return sub
 
     @property
@@ -127,13 +129,31 @@ class Evaluator:
         """Time `config` at `size` bytes (nccl-tests size), once; later calls come from the cache."""
         key = (config, size)
         if key not in self._timings:
-            self._timings[key] = self._measure(config, size)
+            timing = self._measure(config, size)
+            assert timing is not None  # nothing stops a simulation without a stop_at
+            self._timings[key] = timing
         return self._timings[key]
+
+    def time_below(self, config: Config, size: int, limit: float) -> float:
+        """`time(config, size).time_us` where that is below `limit`; otherwise some value >= limit, and then
+        the simulation may have stopped as soon as it proved that (`engine.run`'s stop_at): nothing is timed
+        then (`seen` stays False; `bound` returns the value from now on). For a search that only needs to know
+        whether a configuration beats `limit`: the answer is always the one `time` gives."""
+        key = (config, size)
+        if key not in self._timings:
+            if self._at_least.get(key, -math.inf) >= limit:
+                return self._at_least[key]
+            timing = self._measure(config, size, limit)
+            if timing is None:
+                self._at_least[key] = limit
+                return limit
+            self._timings[key] = timing
+        return self._timings[key].time_us
 
     def bound(self, config: Config, size: int) -> float:
         """A lower bound on `time(config, size)` that runs no simulation (the busiest link's or switch's total
-        transfer time; collsynth.sim.simulate.busy_bound_us); inf when the configuration cannot be built, 0
-        on a GPU backend (no bound)."""
+        transfer time, collsynth.sim.simulate.busy_bound_us, or what a stopped simulation proved); inf when the
+        configuration cannot be built, 0 on a GPU backend (no bound)."""
         if (config, size) in self._timings:
             return self._timings[(config, size)].time_us
         built = self._build(config)
@@ -143,15 +163,17 @@ class Evaluator:
             return 0.0
         try:
             # less a relative 1e-9: the bound can be tight, and its sum rounds differently from the simulation's
-            return busy_bound_us(replace(built, proto=config.protocol), self.topology, size, dtype=self.dtype,
+            busy = busy_bound_us(replace(built, proto=config.protocol), self.topology, size, dtype=self.dtype,
                                  model=self.model) * (1 - 1e-9)
         except CollsynthError:
             return math.inf
+        return max(busy, self._at_least.get((config, size), -math.inf))
 
     def seen(self, config: Config, size: int) -> bool:
         return (config, size) in self._timings
 
-    def _measure(self, config: Config, size: int) -> Timing:
+    def _measure(self, config: Config, size: int, stop_at: float = math.inf) -> Timing | None:
+        """The timing; None when the simulation stopped once it proved the time is at least `stop_at`."""
         built = self._build(config)
         if isinstance(built, str):
             return Timing(math.inf, failure=built)
@@ -168,9 +190,14 @@ class Evaluator:
             return Timing(math.inf, failure=planned)
         key = (planned, ir.proto, ir.collective, ir.ngpus, ir.nchunksperloop, size)
         if key not in self._rows:
+            if self._rows_at_least.get(key, -math.inf) >= stop_at:
+                return None
             try:
                 self._rows[key] = simulate(ir, self.topology, [size], dtype=self.dtype, model=self.model,
-                                           planned=planned).rows[0]
+                                           planned=planned, stop_at=stop_at).rows[0]
+            except NotFaster:
+                self._rows_at_least[key] = stop_at
+                return None
             except CollsynthError as exc:
                 self._rows[key] = str(exc)
         row = self._rows[key]

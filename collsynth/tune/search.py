@@ -33,11 +33,12 @@ class SizeResult:
     evaluations: int  # distinct evaluations this size spent
     trace: tuple[tuple[Config, float], ...]  # every evaluation in order: (configuration, time in us)
     seconds: float
+    stopped: int = 0  # simulations stopped once they proved their configuration could not win (not evaluations)
 
     def to_dict(self) -> dict:  # type: ignore[type-arg]
         return {"size": self.size, "nccl_size": self.timing.size_bytes,
                 "best": self.best.to_dict() if self.best else None, "time_us": self.timing.time_us,
-                "busbw_GBps": self.timing.busbw_GBps, "evaluations": self.evaluations,
+                "busbw_GBps": self.timing.busbw_GBps, "evaluations": self.evaluations, "stopped": self.stopped,
                 "seconds": round(self.seconds, 4),
                 "trace": [[c.label(), t if math.isfinite(t) else None] for c, t in self.trace]}
 
@@ -49,6 +50,7 @@ class _Walk:
         self.evaluator, self.size = evaluator, size
         self.trace: list[tuple[Config, float]] = []
         self.spent = 0
+        self.stopped = 0
 
     def time(self, config: Config) -> float:
         if not self.evaluator.seen(config, self.size):
@@ -56,6 +58,20 @@ class _Walk:
             timing = self.evaluator.time(config, self.size)
             self.trace.append((config, timing.time_us))
         return self.evaluator.time(config, self.size).time_us
+
+    def time_below(self, config: Config, limit: float) -> float:
+        """time(config) where it is below `limit`, else a value >= limit (Evaluator.time_below). A simulation
+        stopped once it proved that is no evaluation (like a configuration the bound rules out): it is counted
+        apart and not traced; the search's decisions, which only ask "faster than limit?", are unchanged."""
+        if self.evaluator.seen(config, self.size):
+            return self.evaluator.time(config, self.size).time_us
+        t = self.evaluator.time_below(config, self.size, limit)
+        if self.evaluator.seen(config, self.size):
+            self.spent += 1
+            self.trace.append((config, t))
+        else:
+            self.stopped += 1
+        return t
 
     def bound(self, config: Config) -> float:
         """A lower bound on time(config) that runs no simulation (Evaluator.bound)."""
@@ -79,7 +95,7 @@ def descend(walk: _Walk, grid: Grid, candidate: Candidate, start: Config) -> tup
                     config = replace(best, **dict(zip(axes, value, strict=True)))
                     if walk.bound(config) >= found_t:
                         continue  # cannot be faster than what this axis found: the same path, one simulation less
-                    t = walk.time(config)
+                    t = walk.time_below(config, found_t)
                     if t < found_t:
                         found, found_t = config, t
             if found != best:
@@ -100,7 +116,7 @@ def _line_search(walk: _Walk, best: Config, best_t: float, axis: str,
             config = replace(best, **{axis: values[k]})
             if walk.bound(config) >= best_t:
                 break  # not faster, as the simulation would have said
-            t = walk.time(config)
+            t = walk.time_below(config, best_t)
             if not t < best_t:
                 break
             best, best_t, moved = config, t, True
@@ -184,7 +200,8 @@ def _exhaustive_size(evaluator: Evaluator, size: int, grid: Grid) -> SizeResult:
 
 def _result(evaluator: Evaluator, size: int, best: Config | None, walk: _Walk, start_clock: float) -> SizeResult:
     timing = evaluator.time(best, size) if best is not None else Timing(math.inf)
-    return SizeResult(size, best, timing, walk.spent, tuple(walk.trace), time.perf_counter() - start_clock)
+    return SizeResult(size, best, timing, walk.spent, tuple(walk.trace), time.perf_counter() - start_clock,
+                      walk.stopped)
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,9 @@ class _FakeWalk:
         self.calls.append(config.instances)
         return float((config.instances - 5) ** 2)
 
+    def time_below(self, config, limit):
+        return self.time(config)
+
     def bound(self, config):
         return -math.inf  # no lower bound: every step of the walk is timed
 
@@ -155,6 +158,9 @@ class _CoupledWalk:
 
     def time(self, config):
         return self.TIMES.get((config.merge, config.fusion, config.pair_threadblocks), 20.0)
+
+    def time_below(self, config, limit):
+        return self.time(config)
 
     def bound(self, config):
         return -math.inf
