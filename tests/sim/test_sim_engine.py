@@ -212,3 +212,16 @@ def test_a_plan_made_earlier_times_the_same_and_the_collector_comes_back():
     with pytest.raises(SimError, match="deadlocks"):
         simulate(deadlock_ir(), line(2), [MiB])
     assert gc.isenabled()
+
+
+@pytest.mark.parametrize("make", [lambda: (ring_allreduce_ir(8), ring(8)), lambda: (fan_in_ir(), fully_connected(3))])
+def test_a_run_stops_only_when_it_cannot_finish_before_stop_at(make):
+    from collsynth.sim.engine import NotFaster
+
+    ir, topo = make()
+    size = 8 * MiB  # a few tiles: every one is simulated (no steady state), so a stop may apply
+    exact = simulate(ir, topo, [size]).rows
+    for stop_at in (exact[0].time_us * 1.000001, 2 * exact[0].time_us, math.inf):
+        assert simulate(ir, topo, [size], stop_at=stop_at).rows == exact  # not stopped: the same run
+    with pytest.raises(NotFaster):
+        simulate(ir, topo, [size], stop_at=exact[0].time_us / 2)

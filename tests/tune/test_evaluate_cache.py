@@ -9,7 +9,7 @@ import collsynth.tune.evaluate as evaluate_module
 from collsynth.collectives import make_collective
 from collsynth.schedule import Algorithm, Send, Step
 from collsynth.sim.engine import plan
-from collsynth.topologies import ring
+from collsynth.topologies import fully_connected, ring
 from collsynth.tune import Config, Evaluator, Grid
 from collsynth.tune.candidates import algorithm_candidate, library_candidates
 
@@ -104,3 +104,21 @@ def test_a_subset_shares_every_cache(topo, cands, monkeypatch):
     assert sub.time(replace(config, protocol="Simple"), SIZES[0]).ok  # same build, new protocol: plan, simulate
     assert {name: len(c) for name, c in calls.items()} == {"simulate": 1, "plan": 1, "compile_program": 0,
                                                            "lower_to_program": 0}
+
+
+def test_time_below_answers_what_time_answers_and_remembers_a_stop(monkeypatch):
+    topo = fully_connected(4)
+    sends = tuple(Send(r, r, d) for r in range(4) for d in range(4) if d != r)  # every rank to every other
+    cand = algorithm_candidate(Algorithm("direct-ag", topo, make_collective("allgather", 4), (Step(1, sends),)),
+                               topo, "allgather")
+    config, size = Config(cand.name, "Simple", 1, "stage"), 1 << 26  # 8 tiles: every one simulated
+    exact = Evaluator(topo, [cand]).time(config, size).time_us
+    evaluator = Evaluator(topo, [cand])
+    assert evaluator.time_below(config, size, exact * 2) == exact and evaluator.seen(config, size)
+    evaluator = Evaluator(topo, [cand])
+    simulations = counting(monkeypatch, "simulate")
+    at_least = evaluator.time_below(config, size, exact / 2)  # far below: proved within the run
+    assert exact / 2 <= at_least <= exact and not evaluator.seen(config, size)
+    assert evaluator.bound(config, size) >= exact / 2  # the proof is kept as a bound ...
+    assert evaluator.time_below(config, size, exact / 3) >= exact / 3 and len(simulations) == 1  # ... and reused
+    assert evaluator.time(config, size).time_us == exact and len(simulations) == 2  # time() always finishes

@@ -218,3 +218,18 @@ def test_search_path_is_the_recorded_one(size):
     assert result.best is not None and result.best.label() == best
     assert result.timing.time_us == pytest.approx(time_us, rel=1e-12)
     assert [c.label() for c, _ in result.trace] == trace and result.evaluations == len(trace)
+
+
+@pytest.mark.parametrize("size", [1 << 26, 1 << 30])
+def test_stopped_simulations_change_no_decision(size, monkeypatch):
+    topo = fully_connected(4)
+    cands = candidates(topo, [replace(direct_allgather(4), topology=topo)])
+    stopping = tune_size(Evaluator(topo, cands), size, SMALL)
+    assert stopping.stopped >= 1  # the case exercises it: some configuration was ruled out mid-simulation
+    monkeypatch.setattr(Evaluator, "time_below", lambda self, config, size, limit: self.time(config, size).time_us)
+    full = tune_size(Evaluator(topo, cands), size, SMALL)
+    assert full.stopped == 0
+    assert (stopping.best, stopping.timing) == (full.best, full.timing)
+    rest = iter(full.trace)
+    assert all(entry in rest for entry in stopping.trace)  # the same path, less what was stopped
+    assert len(full.trace) - len(stopping.trace) <= stopping.stopped
