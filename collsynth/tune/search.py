@@ -6,6 +6,11 @@ ordered axis (instances) is line-searched outwards from its current value, first
 stopping at the first value that is no faster (time is unimodal along it); an unordered axis tries each of
 its values. Passes repeat until one changes nothing. `exhaustive_size` times every configuration of the
 same grid (the reference).
+
+The descent only asks whether a configuration beats the time to beat, so a configuration is not simulated
+when a bound that runs no simulation already says no, and its simulation stops as soon as it proves no (the
+simulator's `stop_at`). Neither changes a decision, the path, the pick or its time; the trace holds the
+configurations simulated to the end (the evaluations), the stopped ones are only counted (`stopped`).
 """
 
 from __future__ import annotations
