@@ -39,9 +39,11 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from collsynth.core.collector import paused_collector
 from collsynth.core.steps import LOCAL_TYPES
 from collsynth.ir import RECEIVING_TYPES, REDUCE, SENDING_TYPES, STEP_TYPES, Algo
 from collsynth.sim import protocol
@@ -129,6 +131,7 @@ def plan(ir: Algo, topology: Topology) -> Plan:
             receives.append(0)
         return connections[key]
 
+    new_step = tuple.__new__
     all_steps: list[tuple[PlannedStep, ...]] = []
     all_step_labels: list[tuple[int, ...]] = []
     for gpu in ir.gpus:
@@ -195,12 +198,14 @@ def plan(ir: Algo, topology: Topology) -> Plan:
                     sends[send_conn] += 1
                 if receiving:
                     receives[recv_conn] += 1
+                # tuple.__new__: PlannedStep's own __new__ is Python code, and a large IR has many steps
                 if sending:
-                    planned.append(PlannedStep(step.cnt, dep_tb, dep_step, recv_conn if receiving else -1, send_conn,
-                                               link, switch_ids, alpha, beta, False, False))
+                    planned.append(new_step(PlannedStep, (step.cnt, dep_tb, dep_step, recv_conn if receiving else -1,
+                                                          send_conn, link, switch_ids, alpha, beta, False, False)))
                 else:
-                    planned.append(PlannedStep(step.cnt, dep_tb, dep_step, recv_conn if receiving else -1, -1, -1, (),
-                                               0.0, 0.0, step.type in LOCAL_TYPES, step.type == REDUCE))
+                    planned.append(new_step(PlannedStep, (step.cnt, dep_tb, dep_step, recv_conn if receiving else -1,
+                                                          -1, -1, (), 0.0, 0.0, step.type in LOCAL_TYPES,
+                                                          step.type == REDUCE)))
             all_steps.append(tuple(planned))
             all_step_labels.append(tuple(step.s for step in tb.steps))
     conn_list = sorted(connections, key=connections.__getitem__)
@@ -213,21 +218,51 @@ def plan(ir: Algo, topology: Topology) -> Plan:
                 switch_lanes=tuple(max(1, switch.bandwidth) for switch in topology.switches))
 
 
+class NotFaster(Exception):  # noqa: N818 - a verdict, not a failure: the caller asked to stop here
+    """Raised by `run(..., stop_at=T)` once the makespan is proved to be at least T (the run is cut short)."""
+
+
+# What a proof that the makespan reaches stop_at must clear: the running sums of transfer times round
+# differently from the event loop's own, so a bound is trusted only this far (relative) past stop_at.
+STOP_MARGIN = 1e-9
+
+
 def run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, local_beta_us_per_mb: float,
-        fifo_slots: int | None = FIFO_SLOTS, reduce_beta_us_per_mb: float | None = None) -> RunResult:
+        fifo_slots: int | None = FIFO_SLOTS, reduce_beta_us_per_mb: float | None = None,
+        stop_at: float = math.inf) -> RunResult:
     """Simulate `ntiles` tiles in which each chunk slice is `slice_mb` MB; return the makespan.
 
-    `fifo_slots`: sends a connection holds before its receiver consumes them (None: unbounded)."""
+    `fifo_slots`: sends a connection holds before its receiver consumes them (None: unbounded). `stop_at`:
+    raise NotFaster as soon as the makespan is proved to be at least that (a link's sends run one at a time,
+    so the makespan is at least when the link is next free plus every transfer still to go on it); a run
+    that is not stopped is the same run as without it. The cyclic garbage collector is paused meanwhile: the
+    loop allocates a tuple per heap entry and frees nothing cyclic."""
+    with paused_collector():
+        return _run(plan_, slice_mb, ntiles, local_alpha_us=local_alpha_us,
+                    local_beta_us_per_mb=local_beta_us_per_mb, fifo_slots=fifo_slots,
+                    reduce_beta_us_per_mb=reduce_beta_us_per_mb, stop_at=stop_at)
+
+
+def _run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, local_beta_us_per_mb: float,
+         fifo_slots: int | None, reduce_beta_us_per_mb: float | None, stop_at: float) -> RunResult:
     steps = plan_.steps
     ntbs = len(steps)
     nsteps = [len(tb) for tb in steps]
     total = [n * ntiles for n in nsteps]
-    send_dur = [[st.alpha_us + st.cnt * slice_mb * st.beta_us_per_mb if st.send_conn >= 0 else 0.0 for st in tb]
-                for tb in steps]
     reduce_beta = local_beta_us_per_mb if reduce_beta_us_per_mb is None else reduce_beta_us_per_mb
-    local_dur = [[local_alpha_us + st.cnt * slice_mb * (reduce_beta if st.reduces else local_beta_us_per_mb)
-                  if st.local else 0.0 for st in tb] for tb in steps]
+    # per step: what the loop reads, with the step's duration (its transfer's, or a standalone local step's)
+    work = [[(st.dep_tb, st.dep_step, st.recv_conn, st.send_conn, st.link, st.switches, st.local,
+              st.alpha_us + st.cnt * slice_mb * st.beta_us_per_mb if st.send_conn >= 0
+              else local_alpha_us + st.cnt * slice_mb * (reduce_beta if st.reduces else local_beta_us_per_mb)
+              if st.local else 0.0) for st in tb] for tb in steps]
     done = [[-1.0] * t for t in total]  # finish time of each (tile, step); -1 while unknown
+    stop = stop_at * (1 + STOP_MARGIN)
+    to_go = [0.0] * plan_.num_links  # per link: the transfer time of its sends not yet started
+    if math.isfinite(stop):
+        for tb_work in work:
+            for item in tb_work:
+                if item[3] >= 0:  # a send: its link, its transfer time
+                    to_go[item[4]] += item[7] * ntiles
     pc = [0] * ntbs  # next (tile * nsteps + step) to run
     free = [0.0] * ntbs  # when the threadblock's previous step finished
     nconn = len(plan_.connections)
@@ -249,16 +284,21 @@ def run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, loc
     pop = heapq.heappop
     replace = heapq.heapreplace
 
+    # The heap orders (time, sequence number, threadblock). Where a threadblock would be pushed at a time
+    # strictly before everything in the heap, the pop that follows would return it at once: it goes on instead
+    # (the same order of events, without the push and pop).
     while heap:
         t, _, g = pop(heap)
-        tb_steps = steps[g]
+        tb_work = work[g]
         n = nsteps[g]
+        end = total[g]
+        done_g = done[g]
         while True:
             p = pc[g]
-            if p == total[g]:
+            if p == end:
                 break
             tile, s = divmod(p, n)
-            _, dg, dstep, rc, sc, link, switches, _, _, local, _ = tb_steps[s]
+            dg, dstep, rc, sc, link, switches, local, dur = tb_work[s]
             ready = free[g]
             if dg >= 0:
                 di = tile * nsteps[dg] + dstep
@@ -285,21 +325,26 @@ def run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, loc
                 if freed[j] > ready:
                     ready = freed[j]
             if ready > t:
-                push(heap, (ready, next(seq), g))
-                break
+                if heap and ready >= heap[0][0]:
+                    push(heap, (ready, next(seq), g))
+                    break
+                t = ready
             finish = t
             if rc >= 0:
                 recv_next[rc] += 1
             if local:
-                finish = t + local_dur[g][s]
+                finish = t + dur
             if sc >= 0:
                 sent[sc] += 1
                 start = link_free[link] if link_free[link] > t else t
                 for sw in switches:
                     if lanes[sw][0] > start:
                         start = lanes[sw][0]
-                finish = start + send_dur[g][s]
+                finish = start + dur
                 link_free[link] = finish
+                to_go[link] -= dur
+                if finish + to_go[link] >= stop:
+                    raise NotFaster(f"the makespan is at least {finish + to_go[link]} us")
                 for sw in switches:
                     replace(lanes[sw], finish)
                 arrivals[sc].append(finish)
@@ -313,7 +358,7 @@ def run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, loc
                 if waiter >= 0:
                     slot_waiter[rc] = -1
                     push(heap, (finish, next(seq), waiter))
-            done[g][p] = finish
+            done_g[p] = finish
             waiters = dep_waiters[g]
             if waiters:
                 waiting = waiters.pop(p, None)
@@ -325,8 +370,10 @@ def run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, loc
             if s == n - 1 and finish > tile_end[tile]:
                 tile_end[tile] = finish
             if finish > t:
-                push(heap, (finish, next(seq), g))
-                break
+                if heap and finish >= heap[0][0]:
+                    push(heap, (finish, next(seq), g))
+                    break
+                t = finish
 
     stuck = [g for g in range(ntbs) if pc[g] < total[g]]
     if stuck:

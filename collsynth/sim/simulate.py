@@ -135,8 +135,12 @@ class SimResult:
 
 
 def simulate(ir: Algo, topology: Topology, sizes: Iterable[int], *, dtype: str = "float32",
-             model: SimModel | None = None) -> SimResult:
-    """Time `ir` on `topology` for each requested size (bytes, nccl-tests `-b/-e` style)."""
+             model: SimModel | None = None, planned: engine.Plan | None = None,
+             stop_at: float = math.inf) -> SimResult:
+    """Time `ir` on `topology` for each requested size (bytes, nccl-tests `-b/-e` style). `planned`: the
+    plan `engine.plan(ir, topology)` made earlier (planning is size-independent; a tuner times one IR at
+    many sizes); None: planned here. `stop_at`: raise `engine.NotFaster` once a size's time is proved to be
+    at least that many us (a search that only needs to know whether it beats a time; see `engine.run`)."""
     model = model or SimModel()
     type_name, elem_bytes = dtype_info(dtype)
     if ir.nchunksperloop < 1:
@@ -144,7 +148,8 @@ def simulate(ir: Algo, topology: Topology, sizes: Iterable[int], *, dtype: str =
     sizes = [int(size) for size in sizes]
     if not sizes:
         raise SimError("no sizes to simulate; give at least one size")
-    planned = engine.plan(ir, topology)
+    if planned is None:
+        planned = engine.plan(ir, topology)
     factor = busbw_factor(ir.collective, ir.ngpus)
     tile_bytes = model.tile_for(ir.proto)
     rows, tiles, extrapolated = [], [], []
@@ -152,7 +157,7 @@ def simulate(ir: Algo, topology: Topology, sizes: Iterable[int], *, dtype: str =
         nccl = nccl_size(ir.collective, ir.ngpus, requested, elem_bytes)
         chunk_bytes = nccl.size_bytes / ir.nchunksperloop
         ntiles = max(1, math.ceil(chunk_bytes / tile_bytes))
-        time_us, approx = time_tiles(planned, chunk_bytes / ntiles / MB, ntiles, model)
+        time_us, approx = time_tiles(planned, chunk_bytes / ntiles / MB, ntiles, model, stop_at)
         algbw = nccl.size_bytes / 1e9 / (time_us * 1e-6) if time_us > 0 else 0.0
         rows.append(SimRow(nccl.size_bytes, nccl.count, type_name, time_us, algbw, algbw * factor))
         tiles.append(ntiles)
@@ -202,12 +207,15 @@ def busy_bound_us(ir: Algo, topology: Topology, size: int, *, dtype: str = "floa
                default=0.0)
 
 
-def time_tiles(planned: engine.Plan, slice_mb: float, ntiles: int, model: SimModel) -> tuple[float, bool]:
-    """Makespan of `ntiles` tiles of `slice_mb` MB chunk slices; True when the steady state was extrapolated."""
+def time_tiles(planned: engine.Plan, slice_mb: float, ntiles: int, model: SimModel,
+               stop_at: float = math.inf) -> tuple[float, bool]:
+    """Makespan of `ntiles` tiles of `slice_mb` MB chunk slices; True when the steady state was extrapolated.
+    `stop_at`: engine.NotFaster once the makespan is proved to be at least that (only a run of every tile
+    is stopped: a shorter probe's makespan says nothing certain about the whole loop's)."""
     # up to twice the first probe, simulating every tile costs no more than a probe that finds no period
     probe = ntiles if ntiles <= 2 * model.max_exact_tiles else model.max_exact_tiles
     while True:
-        result = _run(planned, slice_mb, probe, model)
+        result = _run(planned, slice_mb, probe, model, stop_at if probe == ntiles else math.inf)
         if probe == ntiles:
             return result.time_us, False
         state = steady.find_steady_state(planned, result, probe, model.fifo_slots)
@@ -220,7 +228,9 @@ def time_tiles(planned: engine.Plan, slice_mb: float, ntiles: int, model: SimMod
         probe = 2 * probe if ntiles - 2 * probe >= probe else ntiles  # no probe almost as long as the run
 
 
-def _run(planned: engine.Plan, slice_mb: float, ntiles: int, model: SimModel) -> engine.RunResult:
+def _run(planned: engine.Plan, slice_mb: float, ntiles: int, model: SimModel,
+         stop_at: float = math.inf) -> engine.RunResult:
     return engine.run(planned, slice_mb, ntiles, local_alpha_us=model.local_alpha_us,
                       local_beta_us_per_mb=model.local_beta_us_per_mb,
-                      reduce_beta_us_per_mb=model.reduce_beta_us_per_mb, fifo_slots=model.fifo_slots)
+                      reduce_beta_us_per_mb=model.reduce_beta_us_per_mb, fifo_slots=model.fifo_slots,
+                      stop_at=stop_at)

@@ -1,6 +1,16 @@
 """Evaluating a configuration: lower, compile (cached: compilation is size- and protocol-independent),
 then time it with the simulator, or with a GPU backend when one is present (the hook: `backend="cuda"`).
 
+What is cached, and why each key is complete (nothing else in an evaluator changes: its topology, dtype,
+model and target are fixed, and `subset` shares the caches only with an evaluator that has the same):
+the lowered program per (algorithm, instances, merge), the arguments `lower_to_program` takes; the compiled
+IR per the configuration less its protocol (the compiler does not read it; the protocol is set afterwards);
+the simulator's plan per the configuration (built IR and protocol: what `engine.plan` reads), reused across
+sizes; and a simulated time per (plan, the IR's protocol (its tile size), collective, ranks and chunks per
+loop, size), so that two
+configurations that compile to the same plan (e.g. fusion with nothing to fuse) share one simulation: the
+simulator's result is a function of exactly these.
+
 An evaluation that cannot run (the compiler refuses, the simulated IR deadlocks) costs infinity: the
 search moves past it. The number of distinct (configuration, size) evaluations is the search's cost.
 """
@@ -15,13 +25,17 @@ from collsynth.compiler import compile_program
 from collsynth.core.errors import CollsynthError
 from collsynth.ir import Algo
 from collsynth.language.lower import lower_to_program
-from collsynth.sim import SimModel, simulate
+from collsynth.language.program import Program
+from collsynth.sim import SimModel, SimRow, simulate
+from collsynth.sim.engine import NotFaster, Plan, plan
 from collsynth.sim.simulate import busy_bound_us
 from collsynth.topologies import Topology
 from collsynth.tune.space import Candidate, Config, TuneError
 
 BACKENDS = ("sim", "cuda")
 _Build = tuple[str, int, str, bool, bool, bool, bool]  # algorithm, instances, merge, fusion, pairing, timed order/merge
+_Lowered = tuple[str, int, str]  # algorithm, instances, merge
+_Simulated = tuple[Plan, str, str, int, int, int]  # plan, protocol (tiles), collective, ranks, chunks per loop, size
 
 
 @dataclass(frozen=True)
@@ -59,14 +73,20 @@ class Evaluator:
         self.target = target  # a runtime (collsynth.core.targets): every configuration compiled (split) for it
         self.model = model or SimModel()
         self.candidates = {c.name: c for c in candidates}
+        self._programs: dict[_Lowered, Program] = {}
         self._irs: dict[_Build, Algo | str] = {}
+        self._plans: dict[Config, Plan | str] = {}
+        self._rows: dict[_Simulated, SimRow | str] = {}
+        self._rows_at_least: dict[_Simulated, float] = {}  # proved by a simulation stopped early (time_below)
         self._timings: dict[tuple[Config, int], Timing] = {}
+        self._at_least: dict[tuple[Config, int], float] = {}  # the same, per configuration and size
 
     def subset(self, names: list[str] | tuple[str, ...]) -> Evaluator:
         """An evaluator of some of the candidates that shares this one's compiled IRs and timings."""
         sub = Evaluator(self.topology, [self.candidates[n] for n in names], backend=self.backend, dtype=self.dtype,
                         model=self.model, target=self.target)
-        sub._irs, sub._timings = self._irs, self._timings
+        sub._programs, sub._irs, sub._plans, sub._rows = self._programs, self._irs, self._plans, self._rows
+        sub._rows_at_least, sub._timings, sub._at_least = self._rows_at_least, self._timings, self._at_least
         return sub
 
     @property
@@ -88,7 +108,11 @@ class Evaluator:
             candidate = self.candidates[config.algorithm]
             try:
                 if candidate.algorithm is not None:
-                    program = lower_to_program(candidate.algorithm, instances=config.instances, merge=config.merge)
+                    lowered = (config.algorithm, config.instances, config.merge)
+                    if lowered not in self._programs:
+                        self._programs[lowered] = lower_to_program(candidate.algorithm, instances=config.instances,
+                                                                   merge=config.merge)
+                    program = self._programs[lowered]
                 else:
                     assert candidate.program is not None
                     program = candidate.program
@@ -105,13 +129,31 @@ class Evaluator:
         """Time `config` at `size` bytes (nccl-tests size), once; later calls come from the cache."""
         key = (config, size)
         if key not in self._timings:
-            self._timings[key] = self._measure(config, size)
+            timing = self._measure(config, size)
+            assert timing is not None  # nothing stops a simulation without a stop_at
+            self._timings[key] = timing
         return self._timings[key]
+
+    def time_below(self, config: Config, size: int, limit: float) -> float:
+        """`time(config, size).time_us` where that is below `limit`; otherwise some value >= limit, and then
+        the simulation may have stopped as soon as it proved that (`engine.run`'s stop_at): nothing is timed
+        then (`seen` stays False; `bound` returns the value from now on). For a search that only needs to know
+        whether a configuration beats `limit`: the answer is always the one `time` gives."""
+        key = (config, size)
+        if key not in self._timings:
+            if self._at_least.get(key, -math.inf) >= limit:
+                return self._at_least[key]
+            timing = self._measure(config, size, limit)
+            if timing is None:
+                self._at_least[key] = limit
+                return limit
+            self._timings[key] = timing
+        return self._timings[key].time_us
 
     def bound(self, config: Config, size: int) -> float:
         """A lower bound on `time(config, size)` that runs no simulation (the busiest link's or switch's total
-        transfer time; collsynth.sim.simulate.busy_bound_us); inf when the configuration cannot be built, 0
-        on a GPU backend (no bound)."""
+        transfer time, collsynth.sim.simulate.busy_bound_us, or what a stopped simulation proved); inf when the
+        configuration cannot be built, 0 on a GPU backend (no bound)."""
         if (config, size) in self._timings:
             return self._timings[(config, size)].time_us
         built = self._build(config)
@@ -121,15 +163,17 @@ class Evaluator:
             return 0.0
         try:
             # less a relative 1e-9: the bound can be tight, and its sum rounds differently from the simulation's
-            return busy_bound_us(replace(built, proto=config.protocol), self.topology, size, dtype=self.dtype,
+            busy = busy_bound_us(replace(built, proto=config.protocol), self.topology, size, dtype=self.dtype,
                                  model=self.model) * (1 - 1e-9)
         except CollsynthError:
             return math.inf
+        return max(busy, self._at_least.get((config, size), -math.inf))
 
     def seen(self, config: Config, size: int) -> bool:
         return (config, size) in self._timings
 
-    def _measure(self, config: Config, size: int) -> Timing:
+    def _measure(self, config: Config, size: int, stop_at: float = math.inf) -> Timing | None:
+        """The timing; None when the simulation stopped once it proved the time is at least `stop_at`."""
         built = self._build(config)
         if isinstance(built, str):
             return Timing(math.inf, failure=built)
@@ -141,8 +185,31 @@ class Evaluator:
             if not result.passed:
                 return Timing(math.inf, failure=result.message)
             return Timing(result.seconds * 1e6, 0.0, size)
-        try:
-            row = simulate(ir, self.topology, [size], dtype=self.dtype, model=self.model).rows[0]
-        except CollsynthError as exc:
-            return Timing(math.inf, failure=str(exc))
+        planned = self._plan(config, ir)
+        if isinstance(planned, str):
+            return Timing(math.inf, failure=planned)
+        key = (planned, ir.proto, ir.collective, ir.ngpus, ir.nchunksperloop, size)
+        if key not in self._rows:
+            if self._rows_at_least.get(key, -math.inf) >= stop_at:
+                return None
+            try:
+                self._rows[key] = simulate(ir, self.topology, [size], dtype=self.dtype, model=self.model,
+                                           planned=planned, stop_at=stop_at).rows[0]
+            except NotFaster:
+                self._rows_at_least[key] = stop_at
+                return None
+            except CollsynthError as exc:
+                self._rows[key] = str(exc)
+        row = self._rows[key]
+        if isinstance(row, str):
+            return Timing(math.inf, failure=row)
         return Timing(row.time_us, row.busbw_GBps, row.size_bytes)
+
+    def _plan(self, config: Config, ir: Algo) -> Plan | str:
+        """The simulator's plan of `config`'s IR (size-independent: made once for every size)."""
+        if config not in self._plans:
+            try:
+                self._plans[config] = plan(ir, self.topology)
+            except CollsynthError as exc:
+                self._plans[config] = str(exc)
+        return self._plans[config]

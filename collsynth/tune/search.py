@@ -6,6 +6,11 @@ ordered axis (instances) is line-searched outwards from its current value, first
 stopping at the first value that is no faster (time is unimodal along it); an unordered axis tries each of
 its values. Passes repeat until one changes nothing. `exhaustive_size` times every configuration of the
 same grid (the reference).
+
+The descent only asks whether a configuration beats the time to beat, so a configuration is not simulated
+when a bound that runs no simulation already says no, and its simulation stops as soon as it proves no (the
+simulator's `stop_at`). Neither changes a decision, the path, the pick or its time; the trace holds the
+configurations simulated to the end (the evaluations), the stopped ones are only counted (`stopped`).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from collsynth.core.collector import paused_collector
 from collsynth.tune.evaluate import Evaluator, Timing
 from collsynth.tune.space import ORDERED_AXES, RESOURCE_AXES, Candidate, Config, Grid
 
@@ -32,11 +38,12 @@ class SizeResult:
     evaluations: int  # distinct evaluations this size spent
     trace: tuple[tuple[Config, float], ...]  # every evaluation in order: (configuration, time in us)
     seconds: float
+    stopped: int = 0  # simulations stopped once they proved their configuration could not win (not evaluations)
 
     def to_dict(self) -> dict:  # type: ignore[type-arg]
         return {"size": self.size, "nccl_size": self.timing.size_bytes,
                 "best": self.best.to_dict() if self.best else None, "time_us": self.timing.time_us,
-                "busbw_GBps": self.timing.busbw_GBps, "evaluations": self.evaluations,
+                "busbw_GBps": self.timing.busbw_GBps, "evaluations": self.evaluations, "stopped": self.stopped,
                 "seconds": round(self.seconds, 4),
                 "trace": [[c.label(), t if math.isfinite(t) else None] for c, t in self.trace]}
 
@@ -48,6 +55,7 @@ class _Walk:
         self.evaluator, self.size = evaluator, size
         self.trace: list[tuple[Config, float]] = []
         self.spent = 0
+        self.stopped = 0
 
     def time(self, config: Config) -> float:
         if not self.evaluator.seen(config, self.size):
@@ -55,6 +63,20 @@ class _Walk:
             timing = self.evaluator.time(config, self.size)
             self.trace.append((config, timing.time_us))
         return self.evaluator.time(config, self.size).time_us
+
+    def time_below(self, config: Config, limit: float) -> float:
+        """time(config) where it is below `limit`, else a value >= limit (Evaluator.time_below). A simulation
+        stopped once it proved that is no evaluation (like a configuration the bound rules out): it is counted
+        apart and not traced; the search's decisions, which only ask "faster than limit?", are unchanged."""
+        if self.evaluator.seen(config, self.size):
+            return self.evaluator.time(config, self.size).time_us
+        t = self.evaluator.time_below(config, self.size, limit)
+        if self.evaluator.seen(config, self.size):
+            self.spent += 1
+            self.trace.append((config, t))
+        else:
+            self.stopped += 1
+        return t
 
     def bound(self, config: Config) -> float:
         """A lower bound on time(config) that runs no simulation (Evaluator.bound)."""
@@ -78,7 +100,7 @@ def descend(walk: _Walk, grid: Grid, candidate: Candidate, start: Config) -> tup
                     config = replace(best, **dict(zip(axes, value, strict=True)))
                     if walk.bound(config) >= found_t:
                         continue  # cannot be faster than what this axis found: the same path, one simulation less
-                    t = walk.time(config)
+                    t = walk.time_below(config, found_t)
                     if t < found_t:
                         found, found_t = config, t
             if found != best:
@@ -99,7 +121,7 @@ def _line_search(walk: _Walk, best: Config, best_t: float, axis: str,
             config = replace(best, **{axis: values[k]})
             if walk.bound(config) >= best_t:
                 break  # not faster, as the simulation would have said
-            t = walk.time(config)
+            t = walk.time_below(config, best_t)
             if not t < best_t:
                 break
             best, best_t, moved = config, t, True
@@ -115,7 +137,11 @@ def tune_size(evaluator: Evaluator, size: int, grid: Grid | None = None,
     (from `warm`'s resource values when given, e.g. the previous size's best). `descents`: descend only from
     that many of the best (candidate, protocol) starting points (None: the better half, rounded up; AutoCCL
     likewise prunes implementations whose starting point is already far behind)."""
-    grid = grid or Grid()
+    with paused_collector():  # compiled IRs and plans pile up in the evaluator: nothing cyclic to free
+        return _tune_size(evaluator, size, grid or Grid(), warm, descents)
+
+
+def _tune_size(evaluator: Evaluator, size: int, grid: Grid, warm: Config | None, descents: int | None) -> SizeResult:
     start_clock = time.perf_counter()
     walk = _Walk(evaluator, size)
     starts = []
@@ -160,7 +186,11 @@ def _warm_start(start: Config, warm: Config, grid: Grid, candidate: Candidate) -
 
 def exhaustive_size(evaluator: Evaluator, size: int, grid: Grid | None = None) -> SizeResult:
     """Every configuration of the grid at `size` (the reference the tuner is measured against)."""
-    grid = grid or Grid()
+    with paused_collector():
+        return _exhaustive_size(evaluator, size, grid or Grid())
+
+
+def _exhaustive_size(evaluator: Evaluator, size: int, grid: Grid) -> SizeResult:
     start_clock = time.perf_counter()
     walk = _Walk(evaluator, size)
     best: Config | None = None
@@ -175,7 +205,8 @@ def exhaustive_size(evaluator: Evaluator, size: int, grid: Grid | None = None) -
 
 def _result(evaluator: Evaluator, size: int, best: Config | None, walk: _Walk, start_clock: float) -> SizeResult:
     timing = evaluator.time(best, size) if best is not None else Timing(math.inf)
-    return SizeResult(size, best, timing, walk.spent, tuple(walk.trace), time.perf_counter() - start_clock)
+    return SizeResult(size, best, timing, walk.spent, tuple(walk.trace), time.perf_counter() - start_clock,
+                      walk.stopped)
 
 
 @dataclass(frozen=True)

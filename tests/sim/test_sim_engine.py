@@ -198,3 +198,30 @@ def test_64_rank_1gb_point_is_fast_enough_to_run_in_tests() -> None:
     # the speed target (< 5 s) is measured in bench/sim.py; here: it runs and matches the closed form
     row = simulate(ring_allreduce_ir(64), ring(64), [1 << 30]).rows[0]
     assert row.time_us == pytest.approx(ring_closed_form(64, 1 << 30), rel=1e-9)
+
+
+def test_a_plan_made_earlier_times_the_same_and_the_collector_comes_back():
+    import gc
+
+    from collsynth.sim import engine
+
+    ir, topo = ring_allreduce_ir(8), ring(8)
+    sizes = [1 << 10, 1 << 20, 1 << 30]  # one exact, one more, one extrapolated tile loop
+    assert simulate(ir, topo, sizes, planned=engine.plan(ir, topo)).rows == simulate(ir, topo, sizes).rows
+    assert gc.isenabled()  # the event loop pauses the cyclic collector only while it runs
+    with pytest.raises(SimError, match="deadlocks"):
+        simulate(deadlock_ir(), line(2), [MiB])
+    assert gc.isenabled()
+
+
+@pytest.mark.parametrize("make", [lambda: (ring_allreduce_ir(8), ring(8)), lambda: (fan_in_ir(), fully_connected(3))])
+def test_a_run_stops_only_when_it_cannot_finish_before_stop_at(make):
+    from collsynth.sim.engine import NotFaster
+
+    ir, topo = make()
+    size = 8 * MiB  # a few tiles: every one is simulated (no steady state), so a stop may apply
+    exact = simulate(ir, topo, [size]).rows
+    for stop_at in (exact[0].time_us * 1.000001, 2 * exact[0].time_us, math.inf):
+        assert simulate(ir, topo, [size], stop_at=stop_at).rows == exact  # not stopped: the same run
+    with pytest.raises(NotFaster):
+        simulate(ir, topo, [size], stop_at=exact[0].time_us / 2)

@@ -81,6 +81,9 @@ class _FakeWalk:
         self.calls.append(config.instances)
         return float((config.instances - 5) ** 2)
 
+    def time_below(self, config, limit):
+        return self.time(config)
+
     def bound(self, config):
         return -math.inf  # no lower bound: every step of the walk is timed
 
@@ -156,6 +159,9 @@ class _CoupledWalk:
     def time(self, config):
         return self.TIMES.get((config.merge, config.fusion, config.pair_threadblocks), 20.0)
 
+    def time_below(self, config, limit):
+        return self.time(config)
+
     def bound(self, config):
         return -math.inf
 
@@ -181,3 +187,49 @@ def test_bound_pruning_changes_no_pick_and_saves_simulations(size, monkeypatch):
     full = tune_size(Evaluator(topo, cands), size)
     assert (pruned.best, pruned.timing.time_us) == (full.best, full.timing.time_us)
     assert pruned.evaluations <= full.evaluations
+
+
+# The search's path on a small case, recorded before the evaluator cached plans and shared simulations and
+# the simulator's event loop was sped up (f36fe49): caching must change no evaluation, pick or time.
+RECORDED_PATHS = {
+    1 << 10: ("lib:ring_allgather LL x1 contiguous", 0.4244738051470589, [
+        "lib:ring_allgather LL x1 contiguous", "syn:ring-ag LL x1 contiguous", "syn:ring-ag LL x1 contiguous tb/conn",
+        "syn:ring-ag LL x1 contiguous nofuse", "syn:ring-ag LL x1 contiguous nofuse tb/conn",
+        "syn:ring-ag LL x1 stage", "syn:ring-ag LL x1 stage tb/conn", "syn:ring-ag LL x1 stage nofuse",
+        "syn:ring-ag LL x1 stage nofuse tb/conn", "lib:ring_allgather LL x1 contiguous tb/conn",
+        "lib:ring_allgather LL x1 contiguous nofuse", "lib:ring_allgather LL x1 contiguous nofuse tb/conn"]),
+    1 << 30: ("lib:ring_allgather Simple x2 contiguous", 17798.400000000063, [
+        "lib:ring_allgather Simple x1 contiguous", "syn:ring-ag Simple x1 contiguous",
+        "syn:ring-ag Simple x2 contiguous",
+        "syn:ring-ag Simple x2 contiguous tb/conn", "syn:ring-ag Simple x2 contiguous nofuse",
+        "syn:ring-ag Simple x2 contiguous nofuse tb/conn", "syn:ring-ag Simple x2 stage",
+        "syn:ring-ag Simple x2 stage tb/conn", "syn:ring-ag Simple x2 stage nofuse",
+        "syn:ring-ag Simple x2 stage nofuse tb/conn", "syn:ring-ag Simple x1 contiguous nofuse",
+        "lib:ring_allgather Simple x2 contiguous", "lib:ring_allgather Simple x2 contiguous tb/conn",
+        "lib:ring_allgather Simple x2 contiguous nofuse", "lib:ring_allgather Simple x2 contiguous nofuse tb/conn"]),
+}
+
+
+@pytest.mark.parametrize("size", sorted(RECORDED_PATHS))
+def test_search_path_is_the_recorded_one(size):
+    topo = ring(4)
+    result = tune_size(Evaluator(topo, candidates(topo, [ring_allgather(4)])), size, SMALL)
+    best, time_us, trace = RECORDED_PATHS[size]
+    assert result.best is not None and result.best.label() == best
+    assert result.timing.time_us == pytest.approx(time_us, rel=1e-12)
+    assert [c.label() for c, _ in result.trace] == trace and result.evaluations == len(trace)
+
+
+@pytest.mark.parametrize("size", [1 << 26, 1 << 30])
+def test_stopped_simulations_change_no_decision(size, monkeypatch):
+    topo = fully_connected(4)
+    cands = candidates(topo, [replace(direct_allgather(4), topology=topo)])
+    stopping = tune_size(Evaluator(topo, cands), size, SMALL)
+    assert stopping.stopped >= 1  # the case exercises it: some configuration was ruled out mid-simulation
+    monkeypatch.setattr(Evaluator, "time_below", lambda self, config, size, limit: self.time(config, size).time_us)
+    full = tune_size(Evaluator(topo, cands), size, SMALL)
+    assert full.stopped == 0
+    assert (stopping.best, stopping.timing) == (full.best, full.timing)
+    rest = iter(full.trace)
+    assert all(entry in rest for entry in stopping.trace)  # the same path, less what was stopped
+    assert len(full.trace) - len(stopping.trace) <= stopping.stopped
