@@ -9,8 +9,8 @@ same grid (the reference).
 
 The descent only asks whether a configuration beats the time to beat, so a configuration is not simulated
 when a bound that runs no simulation already says no, and its simulation stops as soon as it proves no (the
-simulator's `stop_at`). Neither changes a decision, the path, the pick or its time; the trace holds the
-configurations simulated to the end (the evaluations), the stopped ones are only counted (`stopped`).
+simulator's `stop_at`). Neither changes a decision, the path, the pick or its time. Every simulation, stopped or
+not, is an evaluation; the trace holds those simulated to the end, and `stopped` counts the others.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class SizeResult:
     evaluations: int  # distinct evaluations this size spent
     trace: tuple[tuple[Config, float], ...]  # every evaluation in order: (configuration, time in us)
     seconds: float
-    stopped: int = 0  # simulations stopped once they proved their configuration could not win (not evaluations)
+    stopped: int = 0  # of the evaluations, simulations stopped once they proved their configuration could not win
 
     def to_dict(self) -> dict:  # type: ignore[type-arg]
         return {"size": self.size, "nccl_size": self.timing.size_bytes,
@@ -66,13 +66,13 @@ class _Walk:
 
     def time_below(self, config: Config, limit: float) -> float:
         """time(config) where it is below `limit`, else a value >= limit (Evaluator.time_below). A simulation
-        stopped once it proved that is no evaluation (like a configuration the bound rules out): it is counted
-        apart and not traced; the search's decisions, which only ask "faster than limit?", are unchanged."""
+        stopped once it proved that is an evaluation, counted also in `stopped` and not traced (it has no time);
+        the search's decisions, which only ask "faster than limit?", are unchanged."""
         if self.evaluator.seen(config, self.size):
             return self.evaluator.time(config, self.size).time_us
         t = self.evaluator.time_below(config, self.size, limit)
+        self.spent += 1  # a stopped simulation still ran: it counts as an evaluation (the budget the issue limits)
         if self.evaluator.seen(config, self.size):
-            self.spent += 1
             self.trace.append((config, t))
         else:
             self.stopped += 1

@@ -217,7 +217,7 @@ def test_search_path_is_the_recorded_one(size):
     best, time_us, trace = RECORDED_PATHS[size]
     assert result.best is not None and result.best.label() == best
     assert result.timing.time_us == pytest.approx(time_us, rel=1e-12)
-    assert [c.label() for c, _ in result.trace] == trace and result.evaluations == len(trace)
+    assert [c.label() for c, _ in result.trace] == trace and result.evaluations == len(trace) + result.stopped
 
 
 @pytest.mark.parametrize("size", [1 << 26, 1 << 30])
@@ -233,3 +233,4 @@ def test_stopped_simulations_change_no_decision(size, monkeypatch):
     rest = iter(full.trace)
     assert all(entry in rest for entry in stopping.trace)  # the same path, less what was stopped
     assert len(full.trace) - len(stopping.trace) <= stopping.stopped
+    assert stopping.evaluations == full.evaluations  # a stopped simulation still counts as an evaluation
