@@ -1,14 +1,19 @@
 """The intermediate forms' bookkeeping: one Renumbering remaps every index column of the DAG, Placement.of
-derives each instr's threadblock and step, and compile_program alone pauses the cyclic collector."""
+derives each instr's threadblock and step, compile_program alone pauses the cyclic collector, and the IR's
+steps made without Step's __init__ are the same steps."""
 
 import gc
+import inspect
+from dataclasses import FrozenInstanceError, fields
 
 import pytest
 
 from collsynth.collectives import make_collective
 from collsynth.compiler import CompileError, Placement, compile_program, trace_to_dag
 from collsynth.compiler.dag import InstrDAG, Renumbering
+from collsynth.compiler.lowering import step_of_fields
 from collsynth.compiler.placement import TbPlan
+from collsynth.ir import Step
 from collsynth.language import Buffer, ProgramBuilder
 from collsynth.topologies import fully_connected
 
@@ -75,3 +80,14 @@ def test_the_collector_comes_back_when_the_compile_fails() -> None:
     with pytest.raises(CompileError):
         compile_program(b.build(), instances=40)  # 40 channels: more than MSCCL has
     assert gc.isenabled()
+
+
+def test_step_of_fields_makes_the_step_that_step_makes() -> None:
+    names = [f.name for f in fields(Step)]
+    assert list(inspect.signature(step_of_fields).parameters) == names  # a new Step field needs a slot here too
+    values = (3, "rrc", "i", 4, "s", 5, 2, 1, 7, True)
+    made = step_of_fields(*values)
+    assert type(made) is Step and made == Step(*values) and hash(made) == hash(Step(*values))
+    assert [getattr(made, name) for name in names] == list(values)
+    with pytest.raises(FrozenInstanceError):
+        made.cnt = 1  # type: ignore[misc]
