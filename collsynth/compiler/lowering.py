@@ -269,10 +269,6 @@ def cross_instance_waits(placement: Placement, copies: int,
     return waits
 
 
-def _with_deps(step: LStep, deps: tuple[Dep, ...], hasdep: bool | None = None) -> LStep:
-    return step._replace(deps=deps, hasdep=step.hasdep if hasdep is None else hasdep)
-
-
 def insert_nops(tbprog: TbProgram) -> TbProgram:
     """A step waiting on several steps keeps one dependency; a nop before it carries each other one
     (MSCCL steps name a single dependency). Waited-on steps get hasdep."""
@@ -319,7 +315,7 @@ def insert_nops(tbprog: TbProgram) -> TbProgram:
                     deps = deps[:1]
                 hasdep = len(steps) in mine
                 steps.append(step if (deps == step.deps and hasdep == step.hasdep) else
-                             step._replace(deps=deps, hasdep=hasdep))
+                             lstep_of_fields((*step[:6], deps, hasdep, step.line)))
             new_tbs.append(LTb(tb.send, tb.recv, tb.chan, tuple(steps)))
         gpus.append(tuple(new_tbs))
     return TbProgram(tbprog.name, tbprog.collective, tbprog.proto, tbprog.inplace, tbprog.instances, tuple(gpus),
