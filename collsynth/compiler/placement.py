@@ -117,6 +117,14 @@ def assign_channels(dag: InstrDAG) -> ChannelledDAG:
     for head, ins in enumerate(instrs):
         if ins.kind != SEND:
             continue
+        j = send_to[head]
+        if instrs[j].kind not in FUSED_TYPES:  # a send and its receive: no peers to pair, the hint or channel 0
+            a, b = ins.ch_hint, instrs[j].ch_hint
+            if a >= 0 and b >= 0 and a != b:
+                raise CompileError(f"{dag.where(j)}one chunk's fused transfers carry different channel hints "
+                                   f"{sorted((a, b))}; give them one channel")
+            channel[head] = channel[j] = max(a, b, 0)
+            continue
         chain = transfer_chain(instrs, send_to, head)
         hints = {instrs[m].ch_hint for m in chain} - {-1}
         if len(hints) > 1:
