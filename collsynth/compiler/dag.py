@@ -20,7 +20,9 @@ never become waits in the IR.
 Depth counts dependencies and send->receive edges as 1 and ordering edges as 0. Invariant kept by
 every pass: instrs are numbered in a topological order of all three kinds of edges (after tracing,
 by program position), so depths are one pass; a merge of instrs is safe when every edge between
-groups still goes up in (depth, position).
+groups still goes up in (depth, position). A pass that renumbers or merges instrs names the new order (and
+the groups) as a `Renumbering`; `InstrDAG.renumbered` remaps every index column through it, so no pass
+remaps preds / after / send_to itself.
 """
 
 from __future__ import annotations
