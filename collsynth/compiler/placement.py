@@ -86,7 +86,7 @@ class Placement:
         lengths = np.fromiter(map(len, map(attrgetter("instrs"), plans)), dtype=np.int64, count=len(plans))
         placed = np.fromiter(chain.from_iterable(map(attrgetter("instrs"), plans)), dtype=np.int64,
                              count=int(lengths.sum()))
-        if placed.size != n or np.bincount(placed, minlength=n).max(initial=1) != 1:
+        if placed.size != n or n and (placed.min() < 0 or placed.max() >= n or np.bincount(placed).max() != 1):
             raise CompileError("internal error: the threadblocks do not hold every instruction exactly once")
         local = np.concatenate([np.arange(len(rank_tbs), dtype=np.int64) for rank_tbs in tbs] or [np.zeros(0, int)])
         starts = np.cumsum(lengths) - lengths

@@ -57,6 +57,8 @@ def test_placement_of_derives_threadblock_and_step_and_refuses_a_lost_instr() ->
     assert placed.tb_of == (0, 0, 0, 0, 0, 0, 0, 1) and placed.step_of == (0, 0, 1, 0, 1, 2, 1, 0)
     with pytest.raises(CompileError, match="exactly once"):
         Placement.of(dag, (0,) * 8, (tbs[0], (TbPlan(2, 0, 0, (1, 2, 2)), tbs[1][1]), tbs[2]))
+    with pytest.raises(CompileError, match="exactly once"):
+        Placement.of(dag, (0,) * 8, (tbs[0], (TbPlan(2, 0, 0, (1, 2, 8)), tbs[1][1]), tbs[2]))
 
 
 def test_the_collector_is_paused_during_the_compile_and_restored_after() -> None:
