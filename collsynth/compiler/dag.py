@@ -20,7 +20,9 @@ never become waits in the IR.
 Depth counts dependencies and send->receive edges as 1 and ordering edges as 0. Invariant kept by
 every pass: instrs are numbered in a topological order of all three kinds of edges (after tracing,
 by program position), so depths are one pass; a merge of instrs is safe when every edge between
-groups still goes up in (depth, position).
+groups still goes up in (depth, position). A pass that renumbers or merges instrs names the new order (and
+the groups) as a `Renumbering`; `InstrDAG.renumbered` remaps every index column through it, so no pass
+remaps preds / after / send_to itself.
 """
 
 from __future__ import annotations
@@ -112,6 +114,14 @@ class InstrDAG:
     def where(self, i: int) -> str:
         return where(self.instrs[i].line, self.source)
 
+    def renumbered(self, numbering: Renumbering, instrs: Sequence[Instr],
+                   after: Sequence[tuple[int, ...]] | None = None) -> InstrDAG:
+        """The DAG of the new `instrs` (one per new number): every edge column renumbered through
+        `numbering`; `after`: new queues, given in new numbers, instead of the old ones renumbered."""
+        return InstrDAG(self.num_ranks, tuple(instrs), numbering.edges(self.preds),
+                        numbering.edges(self.after) if after is None else tuple(after),
+                        numbering.targets(self.send_to), self.source)
+
     def __str__(self) -> str:
         lines = [f"instruction DAG: {len(self.instrs)} instrs on {self.num_ranks} ranks"]
         for i, ins in enumerate(self.instrs):
@@ -120,6 +130,63 @@ class InstrDAG:
             to = f"  => {self.send_to[i]}" if self.send_to[i] >= 0 else ""
             lines.append(f"  {i}: {ins}{after}{order}{to}")
         return "\n".join(lines)
+
+
+class Renumbering:
+    """Old instr numbers -> new ones, when the instrs take a new order and groups of them merge into one: the
+    new instr k stands for old `units[k]` and, if `units[k]` leads a group, for all of the group's members.
+    The one place where the DAG's index columns (preds, after, send_to) are remapped."""
+
+    __slots__ = ("units", "groups", "new")
+
+    def __init__(self, n: int, units: Sequence[int], groups: dict[int, Sequence[int]] | None = None) -> None:
+        self.units = units
+        self.groups = groups or {}
+        new = [0] * n
+        for k, u in enumerate(units):
+            new[u] = k
+        for first, group in self.groups.items():
+            for m in group:
+                new[m] = new[first]
+        self.new = new  # the new number of every old instr (its group's)
+
+    def edges(self, old: Sequence[tuple[int, ...]]) -> tuple[tuple[int, ...], ...]:
+        """Per new instr: its old instrs' edges in new numbers, sorted, without duplicates or itself."""
+        new, groups = self.new, self.groups
+        out: list[tuple[int, ...]] = []
+        for k, u in enumerate(self.units):
+            group = groups.get(u) if groups else None
+            if group is None:  # a single instr: only renumber
+                ps = old[u]
+                if not ps:
+                    out.append(())
+                elif len(ps) == 1:
+                    out.append((new[ps[0]],))
+                else:
+                    out.append(tuple(sorted({new[p] for p in ps})))
+            else:
+                merged = {new[p] for m in group for p in old[m]}
+                merged.discard(k)
+                out.append(tuple(sorted(merged)))
+        return tuple(out)
+
+    def targets(self, old: Sequence[int]) -> tuple[int, ...]:
+        """Per new instr: the new number of its old instrs' target outside itself (send_to), else -1."""
+        new, groups = self.new, self.groups
+        out: list[int] = []
+        for k, u in enumerate(self.units):
+            group = groups.get(u) if groups else None
+            if group is None:
+                j = old[u]
+                out.append(new[j] if j >= 0 else -1)
+            else:
+                to = -1
+                for m in group:
+                    j = old[m]
+                    if j >= 0 and new[j] != k:
+                        to = new[j]
+                out.append(to)
+        return tuple(out)
 
 
 def dependents(dag: InstrDAG) -> tuple[list[int], list[int]]:

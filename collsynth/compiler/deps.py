@@ -41,6 +41,10 @@ def insert_dependencies(placement: Placement) -> Dependencies:
     deps: list[tuple[Dep, ...]] = []
     for i, ps in enumerate(preds):
         mine = tb_of[i]
+        if len(ps) < 2:  # the usual cases, without a dict
+            t = tb_of[ps[0]] if ps else mine
+            deps.append(((t, step_of[ps[0]]),) if t != mine else ())
+            continue
         latest: dict[int, int] = {}
         for p in ps:
             t = tb_of[p]

@@ -30,11 +30,12 @@ operands it needs by step type and ignores the others.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import partial
 from typing import NamedTuple
 
 from collsynth.collectives import Collective
+from collsynth.compiler.dag import Instr
 from collsynth.compiler.deps import Dep, Dependencies
 from collsynth.compiler.placement import Placement
 from collsynth.ir import (
@@ -158,6 +159,9 @@ def replicate_instances(dependencies: Dependencies, program: Program) -> TbProgr
             new_id[old] = new
         made: list[LTb] = [None] * len(keys)  # type: ignore[list-item]
         for t, tb in enumerate(tbs):
+            if copies == 1:  # the usual case: every step as it is, on its buffer's IR buffer
+                made[new_id[t]] = LTb(tb.send, tb.recv, tb.chan, _one_instance(tb.instrs, instrs, deps, layout, new_id))
+                continue
             for k in range(copies):
                 steps = []
                 waited: dict[int, int] = {}  # threadblock -> latest step this threadblock already waited for
@@ -182,6 +186,20 @@ def replicate_instances(dependencies: Dependencies, program: Program) -> TbProgr
         gpu_sizes.append((coll.input_chunks * copies, coll.output_chunks * copies, at))
     return TbProgram(program.name, instance_collective(coll, copies), program.protocol, coll.inplace, copies,
                      tuple(gpus), tuple(gpu_sizes), placement.dag.source)
+
+
+def _one_instance(members: tuple[int, ...], instrs: tuple[Instr, ...], deps: tuple[tuple[Dep, ...], ...],
+                  layout: dict[str, tuple[str, int, int]], new_id: list[int]) -> tuple[LStep, ...]:
+    """The steps of one threadblock when there is one instance (no other instance to wait for either)."""
+    steps = []
+    for i in members:
+        ins = instrs[i]
+        sb, sstart, _ = layout[ins.src_buf]
+        db, dstart, _ = layout[ins.dst_buf]
+        waits = deps[i]
+        steps.append(lstep_of_fields((ins.kind, sb, sstart + ins.src_off, db, dstart + ins.dst_off, ins.cnt,
+                                      tuple([(new_id[a], b) for a, b in waits]) if waits else (), False, ins.line)))
+    return tuple(steps)
 
 
 def _uncovered(waits: list[Dep], waited: dict[int, int]) -> list[Dep]:
@@ -251,10 +269,6 @@ def cross_instance_waits(placement: Placement, copies: int,
     return waits
 
 
-def _with_deps(step: LStep, deps: tuple[Dep, ...], hasdep: bool | None = None) -> LStep:
-    return step._replace(deps=deps, hasdep=step.hasdep if hasdep is None else hasdep)
-
-
 def insert_nops(tbprog: TbProgram) -> TbProgram:
     """A step waiting on several steps keeps one dependency; a nop before it carries each other one
     (MSCCL steps name a single dependency). Waited-on steps get hasdep."""
@@ -301,7 +315,7 @@ def insert_nops(tbprog: TbProgram) -> TbProgram:
                     deps = deps[:1]
                 hasdep = len(steps) in mine
                 steps.append(step if (deps == step.deps and hasdep == step.hasdep) else
-                             step._replace(deps=deps, hasdep=hasdep))
+                             lstep_of_fields((*step[:6], deps, hasdep, step.line)))
             new_tbs.append(LTb(tb.send, tb.recv, tb.chan, tuple(steps)))
         gpus.append(tuple(new_tbs))
     return TbProgram(tbprog.name, tbprog.collective, tbprog.proto, tbprog.inplace, tbprog.instances, tuple(gpus),
@@ -309,6 +323,30 @@ def insert_nops(tbprog: TbProgram) -> TbProgram:
 
 
 _NO_DEP = (-1, -1)  # depid, deps of a step that waits for nothing
+
+# Step is a frozen dataclass with slots: its __init__ sets every field through object.__setattr__, which costs
+# about three times as much as storing into the slots directly. The IR has one Step per step (millions at 1024
+# ranks), so lower_to_ir fills the slots itself: the same object, made the cheaper way (tests/compiler checks
+# that it equals the one Step(...) makes).
+_STEP_SLOTS = tuple(Step.__dict__[f.name].__set__ for f in fields(Step))
+
+
+def step_of_fields(s: int, type: str, srcbuf: str, srcoff: int, dstbuf: str, dstoff: int, cnt: int, depid: int,
+                   deps: int, hasdep: bool) -> Step:
+    """Step(s, type, ..., hasdep), without the frozen dataclass's __init__."""
+    step = object.__new__(Step)
+    f0, f1, f2, f3, f4, f5, f6, f7, f8, f9 = _STEP_SLOTS
+    f0(step, s)
+    f1(step, type)
+    f2(step, srcbuf)
+    f3(step, srcoff)
+    f4(step, dstbuf)
+    f5(step, dstoff)
+    f6(step, cnt)
+    f7(step, depid)
+    f8(step, deps)
+    f9(step, hasdep)
+    return step
 
 
 def lower_to_ir(tbprog: TbProgram) -> Algo:
@@ -319,8 +357,9 @@ def lower_to_ir(tbprog: TbProgram) -> Algo:
         for t, tb in enumerate(tbs):
             if any(len(s.deps) > 1 for s in tb.steps):
                 raise ValueError("lower_to_ir needs insert_nops first: a step has several dependencies")
-            steps = tuple([Step(k, s.type, s.srcbuf, s.srcoff, s.dstbuf, s.dstoff, s.cnt,
-                                *(s.deps[0] if s.deps else _NO_DEP), s.hasdep) for k, s in enumerate(tb.steps)])
+            steps = tuple([step_of_fields(k, s.type, s.srcbuf, s.srcoff, s.dstbuf, s.dstoff, s.cnt,
+                                          *(s.deps[0] if s.deps else _NO_DEP), s.hasdep)
+                           for k, s in enumerate(tb.steps)])
             threadblocks.append(Threadblock(t, tb.send, tb.recv, tb.chan, steps))
         i_chunks, o_chunks, s_chunks = tbprog.sizes[rank]
         gpus.append(Gpu(rank, i_chunks, o_chunks, s_chunks, tuple(threadblocks)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from collsynth.compiler.dag import Instr, InstrDAG, dependents, forward_depths, instr_of_fields
+from collsynth.compiler.dag import Instr, InstrDAG, Renumbering, dependents, forward_depths, instr_of_fields
 from collsynth.compiler.errors import CompileError
 from collsynth.ir import (
     COPY,
@@ -26,56 +26,24 @@ def _contract(dag: InstrDAG, merges: Sequence[tuple[Sequence[int], Instr]], dept
     (group depth, first member) - a group's depth is its first member's - so that sorting by that key
     is again a topological numbering."""
     n = len(dag.instrs)
-    leader = list(range(n))
+    merged = [False] * n
     replacement: dict[int, Instr] = {}
-    members: dict[int, Sequence[int]] = {}
+    groups: dict[int, Sequence[int]] = {}
     for group, ins in merges:
         first = group[0] if len(group) == 2 and group[0] < group[1] else min(group)
         for m in group:
-            leader[m] = first
+            merged[m] = True
         replacement[first] = ins
-        members[first] = group
-    units = [i for i in range(n) if leader[i] == i]
+        groups[first] = group
+    units = [i for i in range(n) if not merged[i] or i in groups]
     units.sort(key=depth.__getitem__)  # stable: ties stay in index order
-    new_index = [0] * n
-    for k, u in enumerate(units):
-        new_index[u] = k
-    instrs: list[Instr] = []
-    preds: list[tuple[int, ...]] = []
-    after: list[tuple[int, ...]] = []
-    send_to: list[int] = []
-    old_instrs, old_send_to, old_preds, old_after = dag.instrs, dag.send_to, dag.preds, dag.after
-    for k, u in enumerate(units):
-        merged = members.get(u)
-        if merged is None:  # a single instr: only renumber its edges
-            instrs.append(old_instrs[u])
-            for edges, out in ((old_preds, preds), (old_after, after)):
-                ps = edges[u]
-                if not ps:
-                    out.append(())
-                elif len(ps) == 1:
-                    out.append((new_index[leader[ps[0]]],))
-                else:
-                    out.append(tuple(sorted({new_index[leader[p]] for p in ps})))
-            j = old_send_to[u]
-            send_to.append(new_index[leader[j]] if j >= 0 else -1)
-        else:
-            instrs.append(replacement[u])
-            for edges, out in ((old_preds, preds), (old_after, after)):
-                deps = {new_index[leader[p]] for m in merged for p in edges[m]}
-                deps.discard(k)
-                out.append(tuple(sorted(deps)))
-            to = -1
-            for m in merged:
-                j = old_send_to[m]
-                if j >= 0 and leader[j] != u:
-                    to = new_index[leader[j]]
-            send_to.append(to)
-        for out in (preds, after):
-            if out[-1] and out[-1][-1] >= k:
-                raise CompileError(f"internal error: merging instructions broke the topological order at "
-                                   f"{instrs[-1]}")
-    return InstrDAG(dag.num_ranks, tuple(instrs), tuple(preds), tuple(after), tuple(send_to), dag.source)
+    old = dag.instrs
+    contracted = dag.renumbered(Renumbering(n, units, groups), [replacement.get(u) or old[u] for u in units])
+    for k, (preds, after) in enumerate(zip(contracted.preds, contracted.after, strict=True)):
+        if preds and preds[-1] >= k or after and after[-1] >= k:
+            raise CompileError(f"internal error: merging instructions broke the topological order at "
+                               f"{contracted.instrs[k]}")
+    return contracted
 
 
 # --- aggregate_contiguous ------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import heapq
 from collections import deque
 from collections.abc import Sequence
 
-from collsynth.compiler.dag import InstrDAG, depths
+from collsynth.compiler.dag import InstrDAG, Renumbering, depths
 from collsynth.compiler.errors import CompileError
 from collsynth.ir import (
     RECEIVING_TYPES,
@@ -133,18 +133,6 @@ def _fifo_list_schedule(dag: InstrDAG, depth: Sequence[int], rdepth: Sequence[in
 def _renumber(dag: InstrDAG, order: Sequence[int], send_pair: Sequence[int], recv_pair: Sequence[int],
               num_pairs: int) -> InstrDAG:
     """The DAG with its instrs numbered in `order` and every connection queued in that order."""
-    new_index = [0] * len(order)
-    for k, i in enumerate(order):
-        new_index[i] = k
-    old_preds, old_send_to = dag.preds, dag.send_to
-    preds: list[tuple[int, ...]] = []
-    for i in order:
-        ps = old_preds[i]
-        if len(ps) == 1:
-            preds.append((new_index[ps[0]],))
-        else:
-            preds.append(tuple(sorted([new_index[p] for p in ps])) if ps else ())
-    send_to = [new_index[old_send_to[i]] if old_send_to[i] >= 0 else -1 for i in order]
     last_send, last_recv = [-1] * num_pairs, [-1] * num_pairs
     after: list[tuple[int, ...]] = []
     for k, i in enumerate(order):
@@ -160,8 +148,4 @@ def _renumber(dag: InstrDAG, order: Sequence[int], send_pair: Sequence[int], rec
             last_recv[d] = k
         after.append(queued)
     instrs = dag.instrs
-    return InstrDAG(dag.num_ranks, tuple([instrs[i] for i in order]), tuple(preds), tuple(after), tuple(send_to),
-                    dag.source)
-
-
-# --- contraction: merge groups of instrs into one, keeping a topological numbering ---------------
+    return dag.renumbered(Renumbering(len(order), order), [instrs[i] for i in order], after)

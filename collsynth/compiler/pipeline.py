@@ -61,11 +61,12 @@ def compile_program(program: Program, target: Target | str | None = None, *, aft
         # with a target, its own limits decide (split_to_target spreads long threadblocks), not MSCCL's default
         return split_to_target(program, target, partial(compile_once, max_steps=None))
 
-    ir = build(pair_sends)
-    stuck = bounded_deadlock(ir, slots)
-    if stuck is not None and pair_sends and not explicit_pairing:
-        ir = build(False)  # a connection side of its own waits only for its own messages
+    with _collector_paused():  # here only, the entry point: no pass pauses or resumes the collector itself
+        ir = build(pair_sends)
         stuck = bounded_deadlock(ir, slots)
+        if stuck is not None and pair_sends and not explicit_pairing:
+            ir = build(False)  # a connection side of its own waits only for its own messages
+            stuck = bounded_deadlock(ir, slots)
     if stuck is not None:
         raise CompileError(f"program {program.name!r} would hang in the runtime ({stuck}); receive from a peer "
                            f"before sending it more than {slots} messages, or compile with pair_threadblocks=False")
@@ -85,34 +86,36 @@ def _compile_once(program: Program, spread: int, pair: bool, *, pair_sends: bool
             after_each(name, form)
         return form
 
-    with _collector_paused():
-        dag = seen("trace_to_dag", trace_to_dag(program))
-        if timed:
-            dag = seen("order_port_sends", order_port_sends(dag, program.topology))
-        if not opts.program_message_order:  # timed schedules keep each connection's messages in program order
-            dag = seen("order_messages", order_messages(dag))
-        if opts.aggregate:
-            contiguous_io = program.instances == 1 or not opts.interleaved_replication
-            dag = seen("aggregate_contiguous", aggregate_contiguous(dag, contiguous_io=contiguous_io,
-                                                                        either_end=opts.aggregate_either_end))
-        if opts.instr_fusion:
-            dag = seen("fuse_instructions", fuse_instructions(dag))
-        channelled = seen("assign_channels", spread_channels(assign_channels(dag), spread))
-        scheduled = seen("schedule", schedule(channelled, slots))
-        placed = seen("assign_threadblocks", assign_threadblocks(scheduled, opts.threadblock_policy, pair=pair_sends))
-        if pair:
-            placed = seen("pair_threadblocks", pair_threadblocks(scheduled, placed))
-        deps = seen("insert_dependencies", prune_dependencies(insert_dependencies(placed)))
-        tbprog = seen("insert_nops", insert_nops(replicate_instances(deps, program)))
-        return seen("lower_to_ir", check_ir(lower_to_ir(tbprog), step_lines(tbprog), order=opts.check,
-                                            source=dag.source, max_steps=max_steps))
+    dag = seen("trace_to_dag", trace_to_dag(program))
+    if timed:
+        dag = seen("order_port_sends", order_port_sends(dag, program.topology))
+    if not opts.program_message_order:  # timed schedules keep each connection's messages in program order
+        dag = seen("order_messages", order_messages(dag))
+    if opts.aggregate:
+        contiguous_io = program.instances == 1 or not opts.interleaved_replication
+        dag = seen("aggregate_contiguous", aggregate_contiguous(dag, contiguous_io=contiguous_io,
+                                                                    either_end=opts.aggregate_either_end))
+    if opts.instr_fusion:
+        dag = seen("fuse_instructions", fuse_instructions(dag))
+    channelled = seen("assign_channels", spread_channels(assign_channels(dag), spread))
+    scheduled = seen("schedule", schedule(channelled, slots))
+    placed = seen("assign_threadblocks", assign_threadblocks(scheduled, opts.threadblock_policy, pair=pair_sends))
+    if pair:
+        placed = seen("pair_threadblocks", pair_threadblocks(scheduled, placed))
+    deps = seen("insert_dependencies", prune_dependencies(insert_dependencies(placed)))
+    tbprog = seen("insert_nops", insert_nops(replicate_instances(deps, program)))
+    return seen("lower_to_ir", check_ir(lower_to_ir(tbprog), step_lines(tbprog), order=opts.check,
+                                        source=dag.source, max_steps=max_steps))
 
 
 @contextmanager
 def _collector_paused() -> Iterator[None]:
     """The passes build large acyclic data (tuples, lists): the cyclic garbage collector scans it over and
-    over while it grows, for about a third of the compile time, and can free nothing. Pause it while
-    compiling; reference counting still frees everything."""
+    over while it grows, for about a third of the compile time, and can free nothing (reference counting
+    frees everything). So `compile_program`, and nothing below it, pauses the collector for the compile and
+    restores the state it found on the way out, also when the compile raises: a caller that disabled it
+    keeps it disabled. The pause is process-wide while it lasts (CPython has one collector), which is why it
+    is scoped to the one entry point and not left to the passes."""
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from itertools import chain
 from operator import attrgetter
 
 import numpy as np
@@ -68,11 +69,31 @@ class TbPlan:
 
 @dataclass(frozen=True)
 class Placement:
+    """The threadblocks of every rank; `tb_of` and `step_of` are derived from `tbs` (made by `of`), never set
+    by hand."""
+
     dag: InstrDAG
     channels: tuple[int, ...]
     tbs: tuple[tuple[TbPlan, ...], ...]  # per rank
     tb_of: tuple[int, ...]  # per instr: its threadblock on its rank
     step_of: tuple[int, ...]  # per instr: its step in that threadblock
+
+    @classmethod
+    def of(cls, dag: InstrDAG, channels: tuple[int, ...], tbs: tuple[tuple[TbPlan, ...], ...]) -> Placement:
+        """The placement of `tbs`, which hold every instr of the DAG exactly once."""
+        n = len(dag.instrs)
+        plans = [tb for rank_tbs in tbs for tb in rank_tbs]
+        lengths = np.fromiter(map(len, map(attrgetter("instrs"), plans)), dtype=np.int64, count=len(plans))
+        placed = np.fromiter(chain.from_iterable(map(attrgetter("instrs"), plans)), dtype=np.int64,
+                             count=int(lengths.sum()))
+        if placed.size != n or n and (placed.min() < 0 or placed.max() >= n or np.bincount(placed).max() != 1):
+            raise CompileError("internal error: the threadblocks do not hold every instruction exactly once")
+        local = np.concatenate([np.arange(len(rank_tbs), dtype=np.int64) for rank_tbs in tbs] or [np.zeros(0, int)])
+        starts = np.cumsum(lengths) - lengths
+        tb_of, step_of = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+        tb_of[placed] = np.repeat(local, lengths)
+        step_of[placed] = np.arange(n) - np.repeat(starts, lengths)
+        return cls(dag, channels, tbs, tuple(tb_of.tolist()), tuple(step_of.tolist()))
 
     def __str__(self) -> str:
         lines = ["threadblocks"]
@@ -95,6 +116,14 @@ def assign_channels(dag: InstrDAG) -> ChannelledDAG:
     chains: list[tuple[list[int], set[int]]] = []
     for head, ins in enumerate(instrs):
         if ins.kind != SEND:
+            continue
+        j = send_to[head]
+        if instrs[j].kind not in FUSED_TYPES:  # a send and its receive: no peers to pair, the hint or channel 0
+            a, b = ins.ch_hint, instrs[j].ch_hint
+            if a >= 0 and b >= 0 and a != b:
+                raise CompileError(f"{dag.where(j)}one chunk's fused transfers carry different channel hints "
+                                   f"{sorted((a, b))}; give them one channel")
+            channel[head] = channel[j] = max(a, b, 0)
             continue
         chain = transfer_chain(instrs, send_to, head)
         hints = {instrs[m].ch_hint for m in chain} - {-1}
@@ -264,12 +293,10 @@ def _in_step_order(sched: Schedule, ranks: list[_RankTbs], tb_of: list[int]) -> 
     by_tb = order[np.argsort(tb[order], kind="stable")]
     count = np.bincount(tb, minlength=int(first_tb[-1]))
     starts = np.concatenate([[0], np.cumsum(count)])
-    step_of = np.empty(n, dtype=np.int64)
-    step_of[by_tb] = np.arange(n) - np.repeat(starts[:-1], count)
     steps, bounds = by_tb.tolist(), starts.tolist()
     plans = tuple(tuple(TbPlan(t.send, t.recv, t.chan, tuple(steps[bounds[g]:bounds[g + 1]]))
                         for g, t in enumerate(rt.tbs, start=int(first_tb[r]))) for r, rt in enumerate(ranks))
-    return Placement(dag, sched.channels, plans, tuple(tb_of), tuple(step_of.tolist()))
+    return Placement.of(dag, sched.channels, plans)
 
 
 def _place_user(dag: InstrDAG, rt: _RankTbs, i: int, ch: int) -> int:

@@ -290,13 +290,7 @@ def pair_threadblocks(sched: Schedule, placed: Placement) -> Placement:
             merged = [replace(tb, instrs=tuple(sorted(h, key=position.__getitem__))) for tb, h in zip(merged, hosts,
                                                                                                   strict=True)]
         tbs.append(tuple(merged))
-    tb_of = list(placed.tb_of)
-    step_of = list(placed.step_of)
-    for rank_tbs in tbs:
-        for t, tb in enumerate(rank_tbs):
-            for s, i in enumerate(tb.instrs):
-                tb_of[i], step_of[i] = t, s
-    return replace(placed, tbs=tuple(tbs), tb_of=tuple(tb_of), step_of=tuple(step_of))
+    return Placement.of(placed.dag, placed.channels, tuple(tbs))
 
 
 def fold_instances(program: Program) -> Program:
