@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import fields, replace
 from functools import partial
 from typing import Any
@@ -21,6 +19,7 @@ from collsynth.compiler.placement import assign_channels, assign_threadblocks
 from collsynth.compiler.ports import order_port_sends
 from collsynth.compiler.scheduling import schedule
 from collsynth.compiler.split import pair_threadblocks, split_to_target, spread_channels
+from collsynth.core.collector import paused_collector
 from collsynth.core.limits import FIFO_SLOTS
 from collsynth.core.targets import Target, get_target
 from collsynth.ir import MAX_STEPS_PER_TB, Algo
@@ -61,7 +60,10 @@ def compile_program(program: Program, target: Target | str | None = None, *, aft
         # with a target, its own limits decide (split_to_target spreads long threadblocks), not MSCCL's default
         return split_to_target(program, target, partial(compile_once, max_steps=None))
 
-    with _collector_paused():  # here only, the entry point: no pass pauses or resumes the collector itself
+    # The passes build large acyclic data that the cyclic collector would scan over and over while it grows
+    # (about a third of the compile time) and could not free: paused here only, at the entry point, never by a
+    # pass (the pause is process-wide while it lasts; a caller that disabled the collector keeps it disabled).
+    with paused_collector():
         ir = build(pair_sends)
         stuck = bounded_deadlock(ir, slots)
         if stuck is not None and pair_sends and not explicit_pairing:
@@ -108,21 +110,6 @@ def _compile_once(program: Program, spread: int, pair: bool, *, pair_sends: bool
                                         source=dag.source, max_steps=max_steps))
 
 
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """The passes build large acyclic data (tuples, lists): the cyclic garbage collector scans it over and
-    over while it grows, for about a third of the compile time, and can free nothing (reference counting
-    frees everything). So `compile_program`, and nothing below it, pauses the collector for the compile and
-    restores the state it found on the way out, also when the compile raises: a caller that disabled it
-    keeps it disabled. The pause is process-wide while it lasts (CPython has one collector), which is why it
-    is scoped to the one entry point and not left to the passes."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def with_options(program: Program, **options: Any) -> Program:
