@@ -14,3 +14,13 @@ def cli_runner():
     from click.testing import CliRunner
 
     return CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _collector_left_on():
+    """No test may leave Python's cyclic garbage collector off for the tests after it (the compiler, the
+    simulator and the tuner pause it, scoped; a leak would change every later test's memory and timing)."""
+    yield
+    import gc
+
+    assert gc.isenabled(), "this test left the cyclic garbage collector disabled"

@@ -9,10 +9,13 @@ from collsynth.core.collector import paused_collector
 
 @pytest.fixture(autouse=True)
 def collector_on():
+    """Each test starts with the collector on and leaves it as the suite had it (a test here turns it off)."""
     was = gc.isenabled()
     gc.enable()
     yield
-    if not was:
+    if was:
+        gc.enable()
+    else:
         gc.disable()
 
 
