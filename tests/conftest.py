@@ -24,3 +24,14 @@ def _collector_left_on():
     import gc
 
     assert gc.isenabled(), "this test left the cyclic garbage collector disabled"
+
+
+@pytest.fixture
+def ctrl_c_raises():
+    """A runner without job control starts the tests with SIGINT ignored; the signal tests need a terminal's
+    Ctrl-C to meet Python's handler (use with pytest.mark.usefixtures("ctrl_c_raises"))."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)

@@ -14,7 +14,6 @@ XML writers and `collsynth doctor` use it).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -25,11 +24,8 @@ from collsynth.core.limits import MAX_CHANNELS, MAX_COUNT, MAX_TBS_PER_CHANNEL
 from collsynth.core.steps import RECEIVING_TYPES, SENDING_TYPES
 from collsynth.core.targets import Target, get_target
 from collsynth.ir import NOP, REDUCE, SEND, Algo, Step, Threadblock, coll_spelling
-from collsynth.ir.validate import IRError
+from collsynth.ir.validate import CrowdedChannelError, IRError
 from collsynth.language.program import Program, Slot
-
-# What collsynth.ir.validate says of a channel with more threadblocks than MSCCL runs on one (the count first).
-CROWDED_CHANNEL = re.compile(r"(\d+) threadblocks on channel \d+, but MSCCL runs at most")
 
 
 class TargetLimitError(CompileError):
@@ -160,11 +156,10 @@ def split_to_target(program: Program, target: Target | str, compile_once: Compil
     t = get_target(target)
     try:
         ir = _fit_ids(compile_once(program, 1, False), t)
-    except IRError as error:  # the IR's own check: too many threadblocks on one channel for any MSCCL runtime
-        crowded = CROWDED_CHANNEL.search(str(error))
-        if crowded is None or program.options.threadblock_policy == "manual":
+    except CrowdedChannelError as error:  # the IR's own check: more threadblocks on a channel than MSCCL runs
+        if program.options.threadblock_policy == "manual":
             raise
-        return _spread_until_it_fits(program, t, compile_once, str(error), -(-int(crowded[1]) // MAX_TBS_PER_CHANNEL))
+        return _spread_until_it_fits(program, t, compile_once, str(error), -(-error.count // MAX_TBS_PER_CHANNEL))
     problem = target_violation(ir, t)
     if problem is None:
         return ir
@@ -205,11 +200,9 @@ def _spread_until_it_fits(program: Program, t: Target, compile_once: CompileOnce
     while _splits_steps(problem) and base * k <= limit:
         try:
             candidate = _fit_ids(compile_once(program, k, False), t)
-        except IRError as error:
-            if CROWDED_CHANNEL.search(str(error)) is None:
-                break
+        except CrowdedChannelError as error:
             problem = str(error)
-        except CompileError:
+        except (CompileError, IRError):
             break
         else:
             problem = target_violation(candidate, t) or ""
@@ -224,7 +217,7 @@ def _splits_steps(problem: str) -> bool:
     """Spreading channels shortens threadblocks and thins crowded channels; it cannot reduce the number of thread
     blocks per GPU or load custom colls."""
     return ("steps per thread block" in problem or "thread blocks per channel" in problem
-            or CROWDED_CHANNEL.search(problem) is not None)
+            or "threadblocks on channel" in problem)
 
 
 def steps_per_connection(ir: Algo) -> int:

@@ -50,6 +50,15 @@ class IRError(CollsynthError):
     """An IR the MSCCL/RCCL runtimes would refuse or run wrongly; the message says which limit and where."""
 
 
+class CrowdedChannelError(IRError):
+    """More threadblocks on one channel of a GPU than MSCCL runs there (`count` of them): a split over more
+    channels can fix it (collsynth.compiler.split)."""
+
+    def __init__(self, message: str, count: int) -> None:
+        super().__init__(message)
+        self.count = count
+
+
 def validate(ir: Algo, *, max_steps_per_tb: int | None = MAX_STEPS_PER_TB) -> Algo:
     """Check every loader limit and structural rule; return the IR unchanged or raise IRError.
     `max_steps_per_tb`: MSCCL's default; None leaves the steps-per-threadblock limit to a runtime target's check
@@ -110,8 +119,9 @@ def _check_gpu(ir: Algo, position: int, gpu: Gpu, max_steps: int | None) -> None
     per_channel = Counter(tb.chan for tb in gpu.tbs)
     busiest = max(per_channel, key=lambda chan: per_channel[chan], default=None)
     if busiest is not None and per_channel[busiest] > MAX_TBS_PER_CHANNEL:
-        raise IRError(f"{where}: {per_channel[busiest]} threadblocks on channel {busiest}, but MSCCL runs at most "
-                      f"{MAX_TBS_PER_CHANNEL} per channel; spread them over more channels")
+        raise CrowdedChannelError(f"{where}: {per_channel[busiest]} threadblocks on channel {busiest}, but MSCCL runs "
+                                  f"at most {MAX_TBS_PER_CHANNEL} per channel; spread them over more channels",
+                                  per_channel[busiest])
     for tb_id, step_index in sorted(waited):
         tb = gpu.tbs[tb_id]
         if tb.steps[step_index].type == NOP:

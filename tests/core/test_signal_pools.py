@@ -16,15 +16,8 @@ import pytest
 
 from collsynth.core.signals import Terminated, interrupts_held, terminate_as_interrupt
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux signals and /proc")
-
-
-@pytest.fixture(autouse=True)
-def _ctrl_c_raises():
-    """A runner without job control starts us with SIGINT ignored; a terminal's Ctrl-C meets Python's handler."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
+pytestmark = [pytest.mark.skipif(sys.platform != "linux", reason="Linux signals and /proc"),
+              pytest.mark.usefixtures("ctrl_c_raises")]
 
 
 def test_a_signal_in_the_block_waits_for_its_end() -> None:

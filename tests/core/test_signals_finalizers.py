@@ -14,17 +14,10 @@ import pytest
 
 from collsynth.core.signals import Terminated, terminate_as_interrupt
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux signals")
+pytestmark = [pytest.mark.skipif(sys.platform != "linux", reason="Linux signals"),
+              pytest.mark.usefixtures("ctrl_c_raises")]
 INTERRUPTS = [pytest.param(signal.SIGINT, KeyboardInterrupt, id="SIGINT"),
               pytest.param(signal.SIGTERM, Terminated, id="SIGTERM")]
-
-
-@pytest.fixture(autouse=True)
-def _ctrl_c_raises():
-    """A runner without job control starts us with SIGINT ignored; a terminal's Ctrl-C meets Python's handler."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture

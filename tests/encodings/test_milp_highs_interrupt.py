@@ -20,15 +20,8 @@ from collsynth.core.signals import Terminated, terminate_as_interrupt
 from collsynth.encodings import milp_solvers
 from collsynth.encodings.milp_solvers import LpMatrix, solve_matrix
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="sends signals to itself")
-
-
-@pytest.fixture(autouse=True)
-def _ctrl_c_raises():
-    """A runner without job control starts us with SIGINT ignored; a terminal's Ctrl-C meets Python's handler."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
+pytestmark = [pytest.mark.skipif(sys.platform != "linux", reason="sends signals to itself"),
+              pytest.mark.usefixtures("ctrl_c_raises")]
 
 
 def market_split(rows: int = 6, columns: int = 60, seed: int = 1) -> LpMatrix:
