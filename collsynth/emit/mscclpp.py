@@ -14,6 +14,9 @@ How each MSCCL-IR step becomes plan ops (the step facts come from collsynth.core
   channel the executor DMAs a `ppkt`'s source as it is, so the sender first packs the value into a scratch
   slot of its own (`cpkt`) and puts those packets (then `flush`es);
 * a step that forwards a computed value (rrs) computes it into a local scratch slot first, then puts it;
+* scratch layout: the executor turns chunk index i into byte offset i * chunk, and a packet op doubles it
+  (a packet of n bytes takes 2n), so in an LL plan plain slots (the IR's scratch, rrs values) take indices
+  [0, P) and packet slots (landings, cpkt staging) start at ceil(P / 2): their bytes never overlap;
 * channels: one memory channel per (peer pair, IR channel) inside a node, a port channel across nodes
   (Topology.node_of); `channels="memory"|"port"` forces one kind;
 * a dependency (depid, deps) becomes a semaphore per (producer, consumer) threadblock pair: the producer
@@ -37,7 +40,7 @@ from collsynth.core.errors import CollsynthError
 from collsynth.core.steps import semantics
 from collsynth.emit.mscclpp_fuse import fuse_reductions, read_packets_in_place
 from collsynth.emit.mscclpp_schema import MAX_CHANNELS_PER_TB, MAX_OPERATIONS_PER_TB, MAX_SEMAPHORES, check_plan
-from collsynth.ir import NOP, Algo, Step, Threadblock
+from collsynth.ir import NOP, Algo, Gpu, Step, Threadblock
 from collsynth.topologies.model import Topology
 
 CHANNEL_POLICIES = ("auto", "memory", "port")
@@ -56,7 +59,9 @@ class _GpuPlan:
     rank: int
     channels: list[tuple[str, int, int]] = field(default_factory=list)  # (type, peer, IR channel)
     remote: list[tuple[int, str, str]] = field(default_factory=list)  # (peer, buffer, channel type)
-    scratch: int = 0
+    scratch: int = 0  # plain scratch chunks handed out (chunk indices [0, scratch))
+    packet_base: int | None = None  # LL: the index of the first packet slot; None: every slot is plain
+    packet_chunks: int = 0  # packet slot chunks handed out (indices from packet_base)
     semaphores: int = 0
 
     def channel(self, kind: str, peer: int, chan: int) -> int:
@@ -69,10 +74,27 @@ class _GpuPlan:
             self.remote.append(key)
         return self.remote.index(key)
 
-    def new_scratch(self, count: int) -> int:
+    def new_scratch(self, count: int, packets: bool = False) -> int:
+        """A fresh slot of `count` chunks. The executor doubles a packet op's byte offset (packets of chunks
+        [i, i + n) take the bytes of chunks [2i, 2i + 2n)), so in an LL plan the plain slots take chunk
+        indices [0, P) and the packet slots start at packet_base = ceil(P / 2): their bytes never meet."""
+        if packets and self.packet_base is not None:
+            self.packet_chunks += count
+            return self.packet_base + self.packet_chunks - count
         start = self.scratch
         self.scratch += count
+        if self.packet_base is not None and self.scratch > 2 * self.packet_base:
+            raise PlanError(f"rank {self.rank} needs more plain scratch than was reserved before its packet slots; "
+                            "this is a collsynth bug, please report it with the IR")
         return start
+
+    @property
+    def scratch_chunks(self) -> int:
+        """scratch_chunks for the plan: every index fits, and (LL) 2 * scratch_chunks chunks of bytes hold the
+        packet slots' doubled offsets."""
+        if self.packet_base is None or not self.packet_chunks:
+            return self.scratch
+        return max(self.scratch, self.packet_base + self.packet_chunks)
 
     def new_semaphore(self) -> int:
         self.semaphores += 1
@@ -153,7 +175,9 @@ class _Lowering:
 
     def __init__(self, ir: Algo, topology: Topology | None, policy: str, groups: int | None) -> None:
         self.ir, self.topology, self.policy = ir, topology, policy
-        self.gpus = {gpu.id: _GpuPlan(gpu.id, scratch=gpu.s_chunks) for gpu in ir.gpus}
+        self.gpus = {gpu.id: _GpuPlan(gpu.id, scratch=gpu.s_chunks,
+                                      packet_base=-(-self._plain_scratch(gpu) // 2) if ir.proto == "LL" else None)
+                     for gpu in ir.gpus}
         self.chunks = {gpu.id: (gpu.i_chunks, gpu.o_chunks) for gpu in ir.gpus}
         self._declare_channels()
         self.landing = self._match_messages()
@@ -168,6 +192,15 @@ class _Lowering:
                 for tb, step in unit:
                     self._lower_step_with_sems(gpu.id, tb, step, ops)
                 self.tb_ops[gpu.id].append(ops)
+
+    @staticmethod
+    def _plain_scratch(gpu: Gpu) -> int:
+        """Plain scratch chunks a rank uses: the IR's scratch buffer and one slot per computed value that is
+        forwarded (a receive that reduces into no destination of its own, rrs)."""
+        forwarded = sum(step.cnt for tb in gpu.tbs for step in tb.steps
+                        if semantics(step.type).receives and semantics(step.type).reduces
+                        and not semantics(step.type).writes_dst)
+        return gpu.s_chunks + forwarded
 
     def _units(self, groups: int | None) -> dict[int, list[list[tuple[Threadblock, Step]]]]:
         """Per rank, the plan threadblocks as lists of IR steps in execution order: one per IR threadblock
@@ -235,7 +268,7 @@ class _Lowering:
                           and all(writes[self._storage(rank, step.dstbuf, step.dstoff + k)] == 1
                                   for k in range(step.cnt)))
                 landing[(rank, tb_id, step.s)] = ((step.dstbuf, step.dstoff) if direct
-                                               else ("s", self.gpus[rank].new_scratch(step.cnt)))
+                                               else ("s", self.gpus[rank].new_scratch(step.cnt, packets=True)))
         return landing
 
     def _storage(self, rank: int, buf: str, index: int) -> tuple[int, str, int]:
@@ -296,7 +329,7 @@ class _Lowering:
                                 "reduce_op": "sum"})
                 value = target
             else:
-                if target is not None and target != land:
+                if target is not None and (ll or target != land):  # LL: packets never land in place
                     out.append({"name": "upkt" if ll else "copy", "src_buff": [_buf(*land, cnt)],
                                     "dst_buff": [_buf(*target, cnt)]})
                 value = target if target is not None else land
@@ -321,7 +354,7 @@ class _Lowering:
         remote = gpu.remote_buffer(peer, buf, kind)
         ll = self.ir.proto == "LL"
         if ll and kind == "port":  # a port ppkt copies its source as it is: it must hold packets already
-            staged = ("s", gpu.new_scratch(cnt))
+            staged = ("s", gpu.new_scratch(cnt, packets=True))
             out.append({"name": "cpkt", "src_buff": [_buf(*value, cnt)], "dst_buff": [_buf(*staged, cnt)]})
             value = staged
         name = "ppkt" if ll else "pwsf" if kind == "port" else "put"  # port: put, signal and flush in one request
@@ -362,7 +395,7 @@ class _Lowering:
                 channels.append({"channel_type": kind, "connected_to": peers})
         return {
             "id": rank, "input_chunks": self.ir.gpus[rank].i_chunks, "output_chunks": self.ir.gpus[rank].o_chunks,
-            "scratch_chunks": gpu.scratch, "threadblocks": tbs, "channels": channels,
+            "scratch_chunks": gpu.scratch_chunks, "threadblocks": tbs, "channels": channels,
             "remote_buffers": [{"rank": peer, "type": buf, "access_channel_types": [kind]}
                                for peer, buf, kind in gpu.remote],
             "semaphores": [{"init_value": 0} for _ in range(gpu.semaphores)],

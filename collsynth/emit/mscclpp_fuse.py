@@ -6,7 +6,8 @@
 * `fuse_reductions`: adjacent reductions into the same destination (`re` + `re`, `repkt` + `repkt`, each
   accumulating into its own destination) become one reduction over all their sources, up to the executor's
   8 buffers per operation.
-Both keep the plan's result; the plan interpreter checks every plan after them.
+Both keep the plan's result; the plan interpreter checks every plan after them. Operands meet by bytes, as in
+the executor: a packet operand's offset is doubled.
 """
 
 from __future__ import annotations
@@ -18,10 +19,25 @@ from collsynth.emit.mscclpp_schema import MAX_CHANNELS_PER_OP
 Op = dict[str, Any]
 
 
-def _span(buff: dict[str, Any]) -> tuple[str, int, int] | None:
+_PACKET_SRCS = {"upkt": 0, "rppkt": 0, "repkt": 1, "respkt": 1, "recpkt": 1, "recspkt": 1}
+
+
+def _span(buff: dict[str, Any], packets: bool = False) -> tuple[str, int, int] | None:
+    """The bytes (in chunks) a local operand occupies: the executor doubles a packet operand's offset and size
+    (packets of chunks [i, i + n) take the bytes of chunks [2i, 2i + 2n))."""
     if "type" not in buff:
         return None
-    return str(buff["type"]), int(buff["index"]), int(buff["index"]) + int(buff["size"])
+    scale = 2 if packets else 1
+    return str(buff["type"]), scale * int(buff["index"]), scale * (int(buff["index"]) + int(buff["size"]))
+
+
+def _operand_spans(op: Op) -> list[tuple[str, int, int] | None]:
+    name = op["name"]
+    first_packet = _PACKET_SRCS.get(name, 0 if name == "ppkt" and op.get("channel_type") == "port" else None)
+    srcs = [_span(b, first_packet is not None and k >= first_packet) for k, b in enumerate(op.get("src_buff", []))]
+    dsts = [_span(b, name == "cpkt" or (name in ("recpkt", "recspkt") and k == 1))
+            for k, b in enumerate(op.get("dst_buff", []))]
+    return srcs + dsts
 
 
 def _overlaps(a: tuple[str, int, int], b: tuple[str, int, int] | None) -> bool:
@@ -36,7 +52,7 @@ def read_packets_in_place(tbs: list[list[Op]]) -> list[list[Op]]:
             if slot is None or slot[0] != "s":
                 continue
             users = [(t, op) for t, other in enumerate(tbs) for op in other if op is not unpack
-                     and any(_overlaps(slot, _span(b)) for b in op.get("src_buff", []) + op.get("dst_buff", []))]
+                     and any(_overlaps(slot, span) for span in _operand_spans(op))]
             if not users or any(op["name"] != "re" or len(op["src_buff"]) != 2 or _span(op["src_buff"][1]) != slot
                                 or _overlaps(slot, _span(op["src_buff"][0])) for _, op in users):
                 continue
@@ -54,7 +70,8 @@ def fuse_reductions(ops: list[Op]) -> list[Op]:
         if (last is not None and op["name"] in ("re", "repkt") and last["name"] == op["name"]
                 and last["dst_buff"] == op["dst_buff"] == [op["src_buff"][0]] == [last["src_buff"][0]]
                 and len(last["src_buff"]) + len(op["src_buff"]) - 1 <= MAX_CHANNELS_PER_OP
-                and not any(_overlaps(_span(op["dst_buff"][0]) or ("", 0, 0), _span(b)) for b in op["src_buff"][1:])):
+                and not any(_overlaps(_span(op["dst_buff"][0]) or ("", 0, 0), span)
+                            for span in _operand_spans(op)[1:len(op["src_buff"])])):
             fused[-1] = dict(last, src_buff=last["src_buff"] + op["src_buff"][1:])
         else:
             fused.append(op)

@@ -3,6 +3,9 @@
 Semantics (MSCCL++ 0.9.x, see docs/formats.md and collsynth/emit/mscclpp_schema.py):
 * every rank has input, output and scratch buffers of chunks (in-place plans alias input and output as NCCL
   does, collsynth.runtime.layout); a chunk is (larger user buffer) / chunks, the whole buffer in one pass;
+* a chunk index is a byte offset (index * chunk) for plain data and twice that for packets (the executor
+  doubles packet offsets; an LL plan's scratch is 2 * scratch_chunks chunks of bytes), so a plain write
+  over the bytes of packets clobbers them, as on the GPU;
 * a threadblock runs its ops in order; an op that cannot go on (a `wait` with no signal, a `sem_acquire` on
   a zero semaphore, a packet read of packets not yet written) blocks it; when no threadblock can move and
   work is left, that is a deadlock, reported with every stuck threadblock and what it waits for;
@@ -131,7 +134,10 @@ class _Machine:
         self.barrier_tickets: dict[tuple[int, int], int] = {}  # (rank, tb) -> its arrival number, while waiting
 
     def _rank(self, gpu: Mapping[str, Any], coll: Collective, elems: int, data: np.ndarray) -> _Rank:
-        ic, oc, sc = coll.input_chunks, coll.output_chunks, gpu["scratch_chunks"]
+        # An LL plan's scratch holds scratch_chunks chunks of packets, twice as many bytes as of data
+        # (ExecutionPlan::calScratchBufferSize); a storage row is one chunk of bytes.
+        ic, oc = coll.input_chunks, coll.output_chunks
+        sc = gpu["scratch_chunks"] * (2 if self.plan["protocol"] == "LL" else 1)
         rank = gpu["id"]
         if coll.inplace:
             size = max(ic, oc)
@@ -170,16 +176,23 @@ class _Machine:
         return partner
 
     # --- buffers -------------------------------------------------------------------------------
-    def _slot(self, rank: int, buf: str, index: int, size: int, what: str) -> tuple[int, slice]:
+    def _slot(self, rank: int, buf: str, index: int, size: int, what: str, packets: bool = False,
+              ) -> tuple[int, slice]:
+        """The storage rows (chunks of bytes) that chunks [index, index + size) of `buf` occupy. The executor
+        turns a chunk index into the byte offset index * chunk size for every op, and a packet op doubles it
+        (a packet carries its data and as many bytes of flags): packets of chunks [i, i + n) take the bytes of
+        chunks [2i, 2i + 2n), in the same space as plain data."""
         storage, start, count = self.ranks[rank].places[buf]
-        if index < 0 or size < 1 or index + size > count:
-            raise _Failure(LAYOUT, f"{what} addresses rank {rank} {buf}[{index}:{index + size}] but the buffer holds "
-                           f"{count} chunks")
-        return storage, slice(start + index, start + index + size)
+        first, rows = (2 * index, 2 * size) if packets else (index, size)
+        if index < 0 or size < 1 or first + rows > count:
+            kind = f" as packets (bytes of chunks [{first}, {first + rows}))" if packets else ""
+            raise _Failure(LAYOUT, f"{what} addresses rank {rank} {buf}[{index}:{index + size}]{kind} but the buffer "
+                           f"holds {count} chunks of bytes")
+        return storage, slice(start + first, start + first + rows)
 
     def _read(self, rank: int, reader: int, buf: str, index: int, size: int, what: str, packets: bool = False,
               ) -> np.ndarray:
-        storage, rows = self._slot(rank, buf, index, size, what)
+        storage, rows = self._slot(rank, buf, index, size, what, packets)
         state = self.ranks[rank]
         if not state.written[storage][rows].all():
             raise _Failure(UNWRITTEN_READ, f"{what} reads rank {rank} {buf}[{index}:{index + size}], which nothing "
@@ -192,12 +205,14 @@ class _Machine:
                 if w >= 0 and w != reader and self.clock[reader, w] <= seq:
                     raise _Failure(RACE, f"{what} reads rank {rank} {buf}[{index}:{index + size}] that rank {w} wrote "
                                    f"before rank {reader} waited for a signal rank {w} sent after the write")
-        return state.storages[storage][rows].copy()
+        return state.storages[storage][rows][::2 if packets else 1].copy()
 
     def _write(self, rank: int, writer: int, buf: str, index: int, size: int, data: np.ndarray, what: str,
                packets: bool = False) -> None:
-        storage, rows = self._slot(rank, buf, index, size, what)
+        storage, rows = self._slot(rank, buf, index, size, what, packets)
         state = self.ranks[rank]
+        if packets:  # a chunk's packets fill two rows (data and flags); both hold the data here
+            data = np.repeat(data, 2, axis=0)
         # Rewriting the very bytes a port put is reading cannot change what it delivers (MSCCL++'s multi-node
         # packet AllGather packs the same value into one temp slot once per peer); anything else is a race.
         same_bytes = (state.written[storage][rows].all() and bool((state.packet[storage][rows] == packets).all())
@@ -228,7 +243,7 @@ class _Machine:
         must flush before it ends, except for packets put from the scratch buffer: their receiver waits for
         the packets' flags, and a double-buffered scratch (LL plans) is not touched by the next run, so
         MSCCL++'s own packet programs end without a flush."""
-        storage, rows = self._slot(rank, str(src["type"]), int(src["index"]), int(src["size"]), what)
+        storage, rows = self._slot(rank, str(src["type"]), int(src["index"]), int(src["size"]), what, packets)
         self.ranks[rank].in_flight[storage][rows] = True
         if not (packets and src["type"] == "s"):
             self.unflushed[(rank, channel)] = self.unflushed.get((rank, channel), 0) + 1
@@ -253,13 +268,27 @@ class _Machine:
         stuck = [(r, t) for r, t in tbs if pcs[(r, t)] < len(self.gpus[r]["threadblocks"][t]["ops"])]
         if stuck:
             lines = [f"gpu {r} tb {t} op {pcs[(r, t)]} ({self.gpus[r]['threadblocks'][t]['ops'][pcs[(r, t)]]['name']}) "
-                     "waits for something no threadblock will ever do" for r, t in stuck]
+                     "waits for something no threadblock will ever do"
+                     + self._overwritten_packets(r, self.gpus[r]["threadblocks"][t]["ops"][pcs[(r, t)]])
+                     for r, t in stuck]
             raise _Failure(DEADLOCK, f"{len(stuck)} threadblock(s) can never finish; {lines[0]}", lines[:MAX_REPORTED])
         open_puts = [key for key, count in self.unflushed.items() if count]
         if open_puts:
             rank, channel = open_puts[0]
             raise _Failure(RACE, f"rank {rank} port channel {channel} ends with puts never flushed; add a flush")
         return ops_run
+
+    def _overwritten_packets(self, rank: int, op: Mapping[str, Any]) -> str:
+        """Why a packet read may never see its flags: plain data was written over the packets' bytes."""
+        if op["name"] not in ("upkt", "rppkt", "repkt", "respkt", "recpkt", "recspkt"):
+            return ""
+        state = self.ranks[rank]
+        for buff in op["src_buff"][0 if op["name"] in ("upkt", "rppkt") else 1:]:
+            storage, rows = self._slot(rank, str(buff["type"]), int(buff["index"]), int(buff["size"]), "", True)
+            if (state.written[storage][rows] & ~state.packet[storage][rows]).any():
+                return (f"; plain data was written over the bytes of its packets {buff['type']}[{buff['index']}] "
+                        "(a packet slot at index i starts at byte offset 2 * i * chunk)")
+        return ""
 
     def _channels(self, tb: Mapping[str, Any], op: Mapping[str, Any]) -> tuple[str, list[int]]:
         kind = str(op.get("channel_type", "none"))

@@ -76,7 +76,7 @@ def _write_remote(m: Any, rank: int, tb: Any, kind: str, buff: Any, data: np.nda
 
 def _packets_ready(m: Any, rank: int, buffs: Sequence[Any]) -> bool:
     for buff in buffs:
-        storage, rows = m._slot(rank, *_local(buff), "packet read")
+        storage, rows = m._slot(rank, *_local(buff), "packet read", packets=True)
         if not m.ranks[rank].packet[storage][rows].all():
             return False
     return True
@@ -106,9 +106,13 @@ def op_ppkt(m: Any, rank: int, tb: Any, op: Any, kind: str, channels: list[int],
     # Over a port channel the executor DMAs the source as it is, twice its size (execution_kernel's put-packet
     # "assume src and dst are in packet format"): the source must already hold packets, written by cpkt.
     for src in op.get("src_buff", []):
-        storage, rows = m._slot(rank, *_local(src), what)
         state = m.ranks[rank]
-        if state.written[storage][rows].all() and not state.packet[storage][rows].all():
+        try:
+            storage, rows = m._slot(rank, *_local(src), what, packets=True)
+            plain = state.written[storage][rows].all() and not state.packet[storage][rows].all()
+        except PlanFailure:  # its doubled offset is past the buffer: it was meant as plain data
+            plain = True
+        if plain:
             raise PlanFailure(LAYOUT, f"{what} puts plain data in packets over a port channel; MSCCL++ copies a "
                               "port ppkt's source as it is, so it must hold packets already (cpkt them first)")
     return op_put(m, rank, tb, op, kind, channels, what, packets=True, read_packets=True)

@@ -181,3 +181,40 @@ def test_lowered_ring_allreduce_passes_for_any_shape(n, channels, inplace, fused
     plan = ir_to_plan(ir)
     check_plan(plan)
     assert execute_plan(plan).passed
+
+
+def _scratch_bytes(plan):
+    """Per rank, the scratch byte ranges (in chunks) that ops touch as packets and as plain data, by the
+    executor's rule: packets of chunk index i start at byte 2 * i * chunk, plain data at i * chunk."""
+    packet_srcs = {"upkt": 0, "rppkt": 0, "repkt": 1, "respkt": 1, "recpkt": 1, "recspkt": 1}
+    for gpu in plan["gpus"]:
+        packets, plain = set(), set()
+        for tb in gpu["threadblocks"]:
+            for op in tb["ops"]:
+                name = op["name"]
+                for k, buff in enumerate(op.get("src_buff", [])):
+                    as_packets = (name in packet_srcs and k >= packet_srcs[name]) or (
+                        name == "ppkt" and op["channel_type"] == "port")
+                    if buff.get("type") == "s":
+                        (packets if as_packets else plain).add((buff["index"], buff["size"]))
+                for k, buff in enumerate(op.get("dst_buff", [])):
+                    if buff.get("type") == "s":
+                        as_packets = name == "cpkt" or (name in ("recpkt", "recspkt") and k == 1)
+                        (packets if as_packets else plain).add((buff["index"], buff["size"]))
+        yield gpu, [(2 * i, 2 * (i + n)) for i, n in packets], [(i, i + n) for i, n in plain]
+
+
+@pytest.mark.parametrize("n", [3, 5])
+def test_ll_scratch_keeps_forwarded_values_apart_from_packet_slots(n):
+    """An LL ring AllReduce forwards reduced values (rrs) from plain scratch slots while packets land in
+    others: the slots' bytes never overlap, and the plan asks for enough scratch for the packets."""
+    from dataclasses import replace
+
+    ir = replace(samples.ring_allreduce(n, fused=True), proto="LL")
+    assert any(step.type == "rrs" for gpu in ir.gpus for tb in gpu.tbs for step in tb.steps)
+    plan = ir_to_plan(ir)
+    for gpu, packets, plain in _scratch_bytes(plan):
+        assert packets and plain
+        assert all(b <= 2 * gpu["scratch_chunks"] for _, b in packets)
+        assert not [(p, q) for p in packets for q in plain if p[0] < q[1] and q[0] < p[1]], gpu["id"]
+    assert execute_plan(plan).passed

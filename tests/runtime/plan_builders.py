@@ -140,3 +140,23 @@ def barrier_plan(n: int, with_barrier: bool = True, tb0_barrier: bool = True) ->
                   "dst_buff": [_local("o", 0)]}
         return [puts + _sync(n) + (barrier if tb0_barrier else []), barrier + [reduce]]
     return plan("barrier_allreduce", "allreduce", n, (1, 1, n - 1), ops, inplace=False)
+
+
+def ll_allreduce_with_stash(stash: int) -> dict[str, Any]:
+    """Two-rank LL AllReduce that keeps its own chunk as plain data in scratch chunk `stash` while the peer's
+    packets land in scratch chunk 1 (bytes of chunks [2, 4): the executor doubles packet offsets) and the
+    reduced chunk comes back as packets in scratch chunk 2 (bytes [4, 6)). stash=1 shares packet slot 1's
+    index but not its bytes; stash=2 is inside its bytes."""
+    def ops(rank: int, peers: list[int]) -> list[list[dict[str, Any]]]:
+        peer = peers[0]
+        return [[
+            {"name": "copy", "src_buff": [_local("i", rank)], "dst_buff": [_local("s", stash)]},
+            {"name": "ppkt", "channel_type": "memory", "channel_ids": [0], "src_buff": [_local("i", peer)],
+             "dst_buff": [_remote(_rid(peers, peer, "s"), 1)]},
+            {"name": "repkt", "src_buff": [_local("s", stash), _local("s", 1)], "dst_buff": [_local("o", rank)],
+             "reduce_op": "sum"},
+            {"name": "ppkt", "channel_type": "memory", "channel_ids": [0], "src_buff": [_local("o", rank)],
+             "dst_buff": [_remote(_rid(peers, peer, "s"), 2)]},
+            {"name": "upkt", "src_buff": [_local("s", 2)], "dst_buff": [_local("o", peer)]},
+        ]]
+    return plan(f"ll_stash_{stash}", "allreduce", 2, (2, 2, 3), ops, protocol="LL", inplace=False)

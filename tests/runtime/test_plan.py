@@ -5,6 +5,7 @@ import copy
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from plan_builders import ll_allreduce_with_stash
 
 from collsynth.algorithms.mscclpp import switch_allreduce_plan
 from collsynth.emit.mscclpp import ir_to_plan
@@ -87,3 +88,12 @@ def test_switch_allreduce_plan_passes_for_any_size(n, dtype, op, seed):
 def test_lowered_samples_pass_for_any_rank_count(n, seed):
     for ir in (samples.ring_allgather(n), samples.ring_allreduce(n)):
         assert execute_plan(ir_to_plan(ir), seed=seed).passed
+
+
+def test_packet_offsets_are_doubled_so_plain_data_and_packets_meet_by_bytes_not_by_index():
+    """MSCCL++'s executor places packets of chunk index i at byte offset 2 * i * chunk (execution_kernel's
+    packet handlers shift their offsets left by one) and plain data at i * chunk, in one scratch space."""
+    same_index = execute_plan(ll_allreduce_with_stash(1), nbytes=4096)
+    assert same_index.passed, same_index  # plain chunk 1 is bytes [1, 2); packets at index 1 are bytes [2, 4)
+    inside = execute_plan(ll_allreduce_with_stash(2), nbytes=4096)
+    assert not inside.passed and inside.failure == RACE and "packets" in inside.message
