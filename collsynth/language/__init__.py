@@ -225,7 +225,7 @@ def chunk(rank: int, buffer: Buffer | str, index: int, size: int = 1) -> ChunkRe
     builder = _current("chunk").builder
     if not builder.holds_data(rank, buffer, index):
         return None
-    return builder.chunk(rank, buffer, index, size)
+    return builder.chunk(rank, buffer, index, size, partial=True)
 
 
 def written_chunk(rank: int, buffer: Buffer | str, index: int, size: int = 1) -> ChunkRef:

@@ -115,11 +115,13 @@ class ProgramBuilder:
         self._alias: Callable[[Collective, int, str, int], tuple[str, int]] = alias_slot
 
     # --- references --------------------------------------------------------------------------
-    def chunk(self, rank: int, buffer: BufferLike, index: int, size: int = 1) -> ChunkRef:
-        """A reference to `size` chunks at (rank, buffer, index); they must hold data."""
+    def chunk(self, rank: int, buffer: BufferLike, index: int, size: int = 1, partial: bool = False) -> ChunkRef:
+        """A reference to `size` chunks at (rank, buffer, index); they must hold data. partial: only the first
+        must, as in MSCCLang (its chunk() tests the slot at `index` alone; a copy then carries the empty
+        slots along, and a reduce over one fails)."""
         line, file = caller_location()
         slot = self._slot(rank, buffer, index, size, line, file, creating=False)
-        missing = self.state.first_unwritten(slot)
+        missing = self.state.first_unwritten(Slot(slot.rank, slot.buffer, slot.index, 1) if partial else slot)
         if missing is not None:
             raise ProgramError(f"{where(line, file)}chunk({rank}, {buffer_name(buffer)}, {index}) reads "
                                f"rank {rank} {slot.buffer}[{missing}], which nobody wrote; copy data there first")
@@ -204,8 +206,19 @@ class ProgramBuilder:
         elif src.buffer == dst.buffer and src.index < dst.end and dst.index < src.end:
             raise ProgramError(f"{where(line, file)}{op} from {src} to {dst}: source and destination overlap; "
                                "use a scratch buffer in between")
-        self._ops.append(ChunkOp(op, src, dst, _hint(sendtb, "sendtb", line, file), _hint(recvtb, "recvtb", line, file),
-                                 _hint(ch, "ch", line, file), line, file))
+        hints = (_hint(sendtb, "sendtb", line, file), _hint(recvtb, "recvtb", line, file), _hint(ch, "ch", line, file))
+        if op == REDUCE:
+            for slot in (src, dst):
+                missing = self.state.first_unwritten(slot)
+                if missing is not None:
+                    raise ProgramError(f"{where(line, file)}reduce of {src} into {dst}: rank {slot.rank} "
+                                       f"{slot.buffer}[{missing}] holds no data (MSCCLang cannot reduce it either)")
+        # A copy moves the written runs of its source; its empty slots empty the destination (MSCCLang
+        # copies their None), so they need no data moved.
+        for start, count in self.state.written_runs(src) if op == COPY else [(src.index, src.count)]:
+            shift = start - src.index
+            self._ops.append(ChunkOp(op, Slot(src.rank, src.buffer, start, count),
+                                     Slot(dst.rank, dst.buffer, dst.index + shift, count), *hints, line, file))
         if op == COPY:
             self.state.copy(src, dst)
         else:
@@ -350,10 +363,6 @@ class ChunkRef:
         start = min(self.slot.index, other.slot.index)
         end = max(self.slot.end, other.slot.end)
         slot = Slot(self.slot.rank, self.slot.buffer, start, end - start)
-        missing = b.state.first_unwritten(slot)
-        if missing is not None:
-            raise ProgramError(f"{where(line, file)}group spans rank {slot.rank} {slot.buffer}[{missing}], "
-                               "which nobody wrote")
         return ChunkRef(b, slot, b._versions(slot), line)
 
     # MSCCLang's chunk metadata helpers

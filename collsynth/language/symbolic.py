@@ -42,11 +42,27 @@ class SymbolicState:
                 return index
         return None
 
+    def written_runs(self, slot: Slot) -> list[tuple[int, int]]:
+        """The maximal runs (first index, count) of `slot` that hold data."""
+        runs: list[tuple[int, int]] = []
+        for index in range(slot.index, slot.end):
+            if (slot.rank, slot.buffer, index) not in self.slots:
+                continue
+            if runs and runs[-1][0] + runs[-1][1] == index:
+                runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+            else:
+                runs.append((index, 1))
+        return runs
+
     def copy(self, src: Slot, dst: Slot) -> None:
+        """Copy every slot; an empty source slot empties its destination (MSCCLang copies the None)."""
         slots = self.slots
-        values = [slots[(src.rank, src.buffer, i)] for i in range(src.index, src.end)]
+        values = [slots.get((src.rank, src.buffer, i)) for i in range(src.index, src.end)]
         for k, value in enumerate(values):
-            slots[(dst.rank, dst.buffer, dst.index + k)] = value
+            if value is None:
+                slots.pop((dst.rank, dst.buffer, dst.index + k), None)
+            else:
+                slots[(dst.rank, dst.buffer, dst.index + k)] = value
 
     def reduce(self, src: Slot, dst: Slot) -> None:
         slots = self.slots

@@ -55,3 +55,32 @@ def test_mscclpp_chunk_of_an_empty_slot_is_none(capsys) -> None:
             assert received is not None
             received.wait(1 - r, Buffer.input, 0, recvtb=0)
         assert Check()  # traced chunks, then the execution plan in the plan interpreter
+
+
+def test_a_multi_chunk_reference_needs_only_its_first_slot_written_and_carries_empty_slots_along(capsys) -> None:
+    """MSCCLang's chunk(rank, buffer, index, size) tests only `buffers[rank][buffer][index]`; its copy then
+    writes every slot of the source over the destination (apply_send), so an empty source slot empties the
+    destination slot, and a reduce over an empty slot fails (msccl-tools msccl/language/__init__.py)."""
+    from collsynth.language.collectives import AllReduce
+
+    size = 3
+    with MSCCLProgram("partial", fully_connected(size), AllGather(size, 1, False), 1):
+        for r in range(size):
+            chunk(r, Buffer.input, 0).copy(r, Buffer.output, r)
+        head = chunk(0, Buffer.output, 0, size=size)  # output[1] and output[2] of rank 0 are empty
+        assert head is not None
+        head.copy(1, Buffer.output, 0)  # rank 1's output[1] was written; the copy empties it
+        assert chunk(1, Buffer.output, 0) is not None and chunk(1, Buffer.output, 1) is None
+        assert not Check()
+        chunk(1, Buffer.input, 0).copy(1, Buffer.output, 1)
+        for r in range(size):
+            for peer in range(size):
+                if chunk(peer, Buffer.output, r) is None:
+                    chunk(r, Buffer.input, 0).copy(peer, Buffer.output, r)
+        XML()
+        assert Check()
+    assert "<algo" in capsys.readouterr().out
+    with MSCCLProgram("partial_reduce", fully_connected(2), AllReduce(2, 2, False), 1):
+        chunk(0, Buffer.input, 0).copy(0, Buffer.output, 0)
+        with pytest.raises(ProgramError, match=r"output\[1\] holds no data"):
+            chunk(1, Buffer.input, 0, size=2).reduce(chunk(0, Buffer.output, 0, size=2))
