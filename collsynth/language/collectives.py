@@ -274,6 +274,36 @@ class SendRecv(Collective):
         return (Buffer.input, index) if self.inplace and buffer == Buffer.output else (buffer, index)
 
 
+class Broadcast(Collective):
+    """MSCCL++'s Broadcast (mscclpp python/mscclpp/language/collectives.py, `Broadcast(num_ranks,
+    chunk_factor, inplace, root)`): the root's `chunk_factor` input chunks end at the same indices of every
+    rank's output. Two upstream quirks are not copied: in place, its init_buffers() marks every rank as
+    holding the root's chunks already (here only the root holds them), and its check() looks at rank 0's
+    output for every rank (here every rank's output is checked)."""
+
+    def __init__(self, num_ranks: int, chunk_factor: int, inplace: bool, root: int) -> None:
+        super().__init__(num_ranks, chunk_factor, inplace)
+        if not isinstance(root, int) or not 0 <= root < num_ranks:
+            raise ProgramError(f"Broadcast: root {root!r} is outside 0..{num_ranks - 1}")
+        self.name = "broadcast"
+        self.root = root
+
+    def init_buffers(self) -> list[dict[Buffer, list[Any]]]:
+        cf = self.chunk_factor
+        out = []
+        for r in range(self.num_ranks):
+            ins: list[Any] = [Chunk(self.root, ch, -1, ch) if r == self.root else None for ch in range(cf)]
+            out.append({Buffer.input: ins, Buffer.output: ins if self.inplace else [None] * cf})
+        return out
+
+    def check(self, prog: Any) -> bool:
+        return _check_each(self, prog, Buffer.output, [(r, ch, Chunk(self.root, ch)) for r in range(self.num_ranks)
+                                                       for ch in range(self.chunk_factor)])
+
+    def to_collective(self) -> Spec:
+        return make_collective("broadcast", self.num_ranks, self.chunk_factor, root=self.root, inplace=self.inplace)
+
+
 def _sum_of(num_ranks: int, index: int) -> ReduceChunk:
     return ReduceChunk(-1, [Chunk(r, index) for r in range(num_ranks)])
 
@@ -289,8 +319,8 @@ def _check_each(coll: Collective, prog: Any, buffer: Buffer, expected: list[tupl
     return correct
 
 
-_BUILTIN_CHECKS = {Collective.check, AllReduce.check, AllGather.check, AllToAll.check, ReduceScatter.check,
-                   SendRecv.check}
+_BUILTIN_CHECKS = {Collective.check, AllReduce.check, AllGather.check, AllToAll.check, Broadcast.check,
+                   ReduceScatter.check, SendRecv.check}
 
 
 def as_collective(collective: Spec | Collective) -> Spec:

@@ -233,10 +233,13 @@ def lower_plan(prog: TracedProgram) -> dict[str, Any]:
         blocks = [_tb_json(gpu, tb, tbs.get((rank, tb), []), layout) for tb in range(count)]
         gpus.append(gpu.json(layout, blocks))
     coll = prog.spec
-    return {
+    plan = {
         "name": prog.name, "collective": coll.name, "protocol": prog.protocol, "inplace": coll.inplace,
         "reuse_resources": False, "use_double_scratch_buffer": prog.use_double_scratch_buffer,
         "buffer_alignment": 16, "min_message_size": prog.min_message_size,
         "max_message_size": prog.max_message_size, "num_threads_per_block": prog.num_threads_per_block,
         "gpus": gpus,
     }
+    if coll.root is not None:  # a rooted collective's root, which the executor ignores and `collsynth run` reads
+        plan["collsynth"] = {"root": coll.root}
+    return plan

@@ -250,3 +250,34 @@ def test_multinode_packet_allgather_runs_on_the_plan_interpreter(capsys, gpus: i
     assert port_puts
     result = execute_plan(plan)
     assert result.passed, str(result)
+
+
+@pytest.mark.parametrize("protocol, inplace, instances", [("Simple", False, 1), ("Simple", True, 2), ("LL", False, 2),
+                                                          ("LL", True, 1)])
+def test_broadcast_example_passes_the_plan_interpreter(capsys, protocol: str, inplace: bool, instances: int) -> None:
+    """MSCCL++'s Broadcast(num_ranks, chunk_factor, inplace, root) (python/mscclpp/language/collectives.py):
+    the example writes a plan that the interpreter runs without being told the collective (the plan names
+    its root)."""
+    from collsynth.language.mscclpplang.examples.broadcast import broadcast
+    from collsynth.runtime.plan import execute_plan
+
+    assert broadcast(5, instances, root=3, protocol=protocol, inplace=inplace, chunk_factor=2)
+    plan = _plan(capsys)
+    assert plan["collective"] == "broadcast" and plan["collsynth"] == {"root": 3} and plan["inplace"] == inplace
+    assert execute_plan(plan).passed
+
+
+def test_broadcast_check_looks_at_every_rank(capsys) -> None:
+    """Upstream's check() reads rank 0's output for every rank; this one fails a peer that got nothing."""
+    from collsynth.language.mscclpplang.collectives import Broadcast
+
+    with MSCCLPPProgram("partial_bcast", Broadcast(3, 1, False, 0), 3, 1):
+        data = chunk(0, Buffer.input, 0)
+        data.copy(0, Buffer.output, 0, sendtb=0)
+        data.put(1, Buffer.output, 0, sendtb=1)
+        data.signal(1, Buffer.output, 0, sendtb=1)
+        chunk(1, Buffer.output, 0).wait(0, Buffer.input, 0, recvtb=0)
+        assert not Check()  # rank 2's output is empty
+    assert "rank 2 output[0]" in capsys.readouterr().out
+    with pytest.raises(Exception, match="root 3 is outside"):
+        Broadcast(3, 1, False, 3)

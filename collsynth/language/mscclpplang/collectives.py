@@ -1,11 +1,12 @@
 """`mscclpp.language.collectives`: `Collective` and the built-in collectives, with MSCCL++'s constructors
-`(num_ranks, chunk_factor, inplace)` and MSCCLang's buffer layouts (the same classes as
+`(num_ranks, chunk_factor, inplace)` (`Broadcast` adds `root`) and MSCCLang's buffer layouts (the same classes as
 collsynth.language.collectives)."""
 
 from collsynth.language.collectives import (
     AllGather,
     AllReduce,
     AllToAll,
+    Broadcast,
     Chunk,
     Collective,
     ReduceChunk,
@@ -13,4 +14,5 @@ from collsynth.language.collectives import (
     SendRecv,
 )
 
-__all__ = ["AllGather", "AllReduce", "AllToAll", "Chunk", "Collective", "ReduceChunk", "ReduceScatter", "SendRecv"]
+__all__ = ["AllGather", "AllReduce", "AllToAll", "Broadcast", "Chunk", "Collective", "ReduceChunk", "ReduceScatter",
+           "SendRecv"]
