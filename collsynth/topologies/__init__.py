@@ -5,7 +5,10 @@
 `amd8()`, `nvlink_only()`) and transformers (`reverse_topology`, `binarize_topology`), returning our
 `Topology`, which also answers MSCCLang's Topology methods (`num_nodes()` = ranks, `nodes()`, `link()` = bandwidth,
 `sources`, `destinations`, `bandwidth_constraints`; model.py). MSCCLang's submodules have their namesakes:
-`collsynth.topologies.distributed`, `.generic`, `.nvidia`, `.amd`, `.transformers`, `.topology`.
+`collsynth.topologies.distributed`, `.generic`, `.nvidia`, `.amd`, `.transformers`, `.topology`. The namesake
+modules name their topologies and switches as MSCCLang does (`FullyConnected(n=4)`, `DGX1`, `node_0_out`, ...);
+the builders exported here keep collsynth's names (`fully_connected:4`, `dgx1`, `port_out_0`), which
+`resolve_topology` reads back and every stage uses.
 
 The machine builders are MSCCLang's models, which are not always collsynth's: `dgx_a100()` is MSCCLang's
 bandwidth-12 full mesh without switch budgets and `amd8()` its 5/6-link mesh, while the built-ins of those names

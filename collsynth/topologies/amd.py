@@ -1,9 +1,12 @@
-"""MSCCLang's `msccl.topologies.amd`: `amd4()` (collsynth's builder, library.py, whose links are MSCCLang's) and
+"""MSCCLang's `msccl.topologies.amd` (sccl/topologies/amd.py), under its names `AMD4`, `AMD8`: `amd4()` (collsynth's
+builder, library.py, whose links are MSCCLang's) and
 `amd8()`, MSCCLang's model, which is not the built-in `amd8` (collsynth's MI300X platform, `mi300x()`)."""
 
 from __future__ import annotations
 
-from collsynth.topologies.library import XGMI_MI50, amd4
+from collsynth.topologies import library
+from collsynth.topologies.generic import mscclang_named
+from collsynth.topologies.library import XGMI_MI50
 from collsynth.topologies.model import Topology, links_from_matrix
 
 # MSCCLang's AMD8 (msccl/topologies/amd.py): Infinity Fabric links per pair, symmetric, 5 or 6.
@@ -17,6 +20,11 @@ MSCCLANG_AMD8_LINKS = (
     (5, 6, 5, 5, 6, 5, 0, 6),
     (5, 6, 5, 5, 6, 5, 6, 0),
 )
+
+
+def amd4() -> Topology:
+    """MSCCLang's `amd4()`: collsynth's builder (library.py, named `amd4` there) under MSCCLang's name `AMD4`."""
+    return mscclang_named(library.amd4(), "AMD4")
 
 
 def amd8() -> Topology:

@@ -27,8 +27,9 @@ def _copies(local: Topology, num_copies: int, remote_bw: int) -> tuple[list[Link
         base = k * g
         links += [Link(base + x.src, base + x.dst, x.bandwidth, x.alpha_us, x.beta_us_per_mb, x.kind)
                   for x in local.link_list]
-        switches += [Switch(f"copy_{k}_{s.name}_local", frozenset((base + a, base + b) for a, b in s.links),
-                            s.bandwidth, s.beta_us_per_mb) for s in local.switches]
+    # MSCCLang's order (sccl/topologies/distributed.py): per local switch, its copies
+    switches += [Switch(f"copy_{k}_{s.name}_local", frozenset((k * g + a, k * g + b) for a, b in s.links),
+                        s.bandwidth, s.beta_us_per_mb) for s in local.switches for k in range(num_copies)]
     for src in range(total):
         for dst in range(total):
             if src // g != dst // g:

@@ -1,13 +1,25 @@
-"""MSCCLang's `msccl.topologies.nvidia`: `dgx1()`, `dgx_a100()`, `nvlink_only(nvidia_smi_topo=None)`.
+"""MSCCLang's `msccl.topologies.nvidia`: `dgx1()`, `dgx_a100()`, `nvlink_only(nvidia_smi_topo=None)`, under
+MSCCLang's names (`DGX1`, `DGX_A100`, `NVLinkOnly`; msccl/topologies/nvidia.py).
 
-`dgx1()` and `nvlink_only()` are collsynth's builders (library.py), whose links are MSCCLang's. `dgx_a100()` is
-MSCCLang's model, which is not collsynth's model of the machine (the built-in `ndv4`, alias `dgx_a100`).
+`dgx1()` and `nvlink_only()` are collsynth's builders (library.py, named `dgx1` and `nvlink_only` there), whose
+links are MSCCLang's. `dgx_a100()` is MSCCLang's model, which is not collsynth's model of the machine (the
+built-in `ndv4`, alias `dgx_a100`).
 """
 
 from __future__ import annotations
 
-from collsynth.topologies.library import NVSWITCH_A100, dgx1, nvlink_only
+from collsynth.topologies import library
+from collsynth.topologies.generic import mscclang_named
+from collsynth.topologies.library import NVSWITCH_A100
 from collsynth.topologies.model import Topology
+
+
+def dgx1() -> Topology:
+    return mscclang_named(library.dgx1(), "DGX1")
+
+
+def nvlink_only(nvidia_smi_topo: str | None = None) -> Topology:
+    return mscclang_named(library.nvlink_only(nvidia_smi_topo), "NVLinkOnly")
 
 
 def dgx_a100() -> Topology:

@@ -252,3 +252,27 @@ def test_no_stage_reads_a_topologys_links_as_collsynths_links() -> None:
                 if name in ("topology", "topo", "topology_", "local_topology"):
                     wrong.append(f"{path.relative_to(root)}:{node.lineno}")
     assert not wrong, f"use .link_list (collsynth's links) at: {wrong}"
+
+
+def test_mscclang_namesake_modules_use_mscclang_names_and_switch_names() -> None:
+    """A program can read `topology.name` and the switches' names: the namesake modules answer with MSCCLang's
+    (msccl/topologies/generic.py, nvidia.py; sccl/topologies/amd.py, distributed.py), in MSCCLang's order, while
+    `collsynth.topologies`' own builders keep the names `resolve_topology` reads back."""
+    from collsynth.topologies import amd, generic, nvidia
+    from collsynth.topologies import line as collsynth_line
+
+    assert [generic.fully_connected(4).name, generic.ring(5).name, generic.line(3).name, generic.star(4).name,
+            generic.hub_and_spoke(3).name] == ["FullyConnected(n=4)", "Ring(n=5)", "Line(n=3)", "Star(n=4)",
+                                               "HubAndSpoke(n=3)"]
+    assert [s[3] for s in generic.star(4, non_blocking=False).switches] == ["to_points", "from_points"]
+    hub = generic.hub_and_spoke(3)
+    assert [s[3] for s in hub.switches] == ["node_0_out", "node_0_in", "node_1_out", "node_1_in", "node_2_out",
+                                            "node_2_in"]
+    assert hub.switches[0][:3] == ([0], [1, 2], 1) and hub.switches[1][:3] == ([1, 2], [0], 1)
+    assert [nvidia.dgx1().name, nvidia.dgx_a100().name, amd.amd4().name, amd.amd8().name] == [
+        "DGX1", "DGX_A100", "AMD4", "AMD8"]
+    two = distributed.distributed_hub_and_spoke(generic.hub_and_spoke(2), 2, 1)
+    assert two.name == "DistributedHubAndSpoke(local=HubAndSpoke(n=2),copies=2,bw=1)"
+    assert [s[3] for s in two.switches][:4] == ["copy_0_node_0_out_local", "copy_1_node_0_out_local",
+                                                "copy_0_node_0_in_local", "copy_1_node_0_in_local"]
+    assert generic.line(3).fingerprint() == collsynth_line(3).fingerprint() and collsynth_line(3).name == "line:3"
