@@ -221,7 +221,7 @@ def chunk(rank: int, buffer: Buffer | str, index: int, size: int = 1) -> ChunkRe
         if not mscclpp.holds_data(rank, buffer, index):
             return None
         # an MSCCL++ Ref (language/mscclpp.py); typed as ChunkRef so that MSCCLang programs stay checked
-        return mscclpp.get_ref(rank, buffer, index, size)  # type: ignore[return-value]
+        return mscclpp.get_ref(rank, buffer, index, size, partial=True)  # type: ignore[return-value]
     builder = _current("chunk").builder
     if not builder.holds_data(rank, buffer, index):
         return None

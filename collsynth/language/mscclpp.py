@@ -121,9 +121,11 @@ class MSCCLPPProgram:
                                f"({buffer_size(self.spec, name)} chunks)")
         return Slot(rank, name, index, size)
 
-    def get_ref(self, rank: int, buffer: BufferLike, index: int, size: int = 1) -> Ref:
+    def get_ref(self, rank: int, buffer: BufferLike, index: int, size: int = 1, partial: bool = False) -> Ref:
+        """A reference to `size` chunks at (rank, buffer, index); they must hold data. partial: only the first
+        (MSCCLang's and mscclpp's chunk(): later empty slots travel along and empty their destination)."""
         slot = self.slot(rank, buffer, index, size, creating=False)
-        missing = self.state.first_unwritten(slot)
+        missing = self.state.first_unwritten(Slot(slot.rank, slot.buffer, slot.index, 1) if partial else slot)
         if missing is not None:
             raise ProgramError(f"chunk({rank}, {slot.buffer}, {index}) reads rank {rank} {slot.buffer}[{missing}], "
                                "which nobody wrote; write data there first")
@@ -215,6 +217,18 @@ def _operand(slot: Slot) -> tuple[int, str, int, int]:
     return slot.rank, slot.buffer, slot.index, slot.count
 
 
+def _moves(prog: MSCCLPPProgram, src: Slot, dst: Slot) -> list[tuple[Slot, Slot]]:
+    """The (source, destination) pieces a move of src to dst sends: its written runs. A reference may span
+    empty slots (chunk() looks at its first slot only); they empty their destination in the DSL's state, and
+    sending their garbage would read memory nothing wrote, so each written run is one op, as the MSCCLang half
+    sends them (collsynth.language.builder)."""
+    runs = prog.state.written_runs(src)
+    if runs == [(src.index, src.count)]:
+        return [(src, dst)]
+    return [(Slot(src.rank, src.buffer, first, count), Slot(dst.rank, dst.buffer, dst.index + first - src.index, count))
+            for first, count in runs]
+
+
 class Ref:
     """MSCCLang's MSCCL++ chunk reference: `size` chunks at (rank, buffer, index)."""
 
@@ -262,10 +276,10 @@ class Ref:
              packet: bool) -> Ref:
         self._remote(dst, "put to")
         target = self.prog.target(self, dst, buffer, index)
+        for src, dst_slot in _moves(self.prog, self.slot, target):
+            self.prog.record(self.rank, sendtb, DslOp("ppkt" if packet else "put", PLAN_CHANNEL[chan_type], dst,
+                                                      [_operand(src)], [_operand(dst_slot)]))
         self.prog.state.copy(self.slot, target)
-        op = DslOp("ppkt" if packet else "put", PLAN_CHANNEL[chan_type], dst, [_operand(self.slot)],
-                   [_operand(target)])
-        self.prog.record(self.rank, sendtb, op)
         return Ref(self.prog, target)
 
     def put(self, dst: int, buffer: BufferLike | None = None, index: int = -1, sendtb: int = -1,
@@ -283,9 +297,10 @@ class Ref:
                                    "supported; forward packets over a memory (sm) channel")
             self._remote(dst, "put to")
             target = self.prog.target(self, dst, buffer, index)
+            for src, dst_slot in _moves(self.prog, self.slot, target):
+                self.prog.record(self.rank, sendtb, DslOp("rppkt", PLAN_CHANNEL[chan_type], dst, [_operand(src)],
+                                                          [_operand(dst_slot)]))
             self.prog.state.copy(self.slot, target)
-            self.prog.record(self.rank, sendtb, DslOp("rppkt", PLAN_CHANNEL[chan_type], dst, [_operand(self.slot)],
-                                                      [_operand(target)]))
             return Ref(self.prog, target)
         ref = self
         if chan_type is ChannelType.proxy:  # a port channel DMAs bytes: turn the data into packets here first
@@ -298,11 +313,12 @@ class Ref:
             chan_type: ChannelType = ChannelType.sm) -> None:
         self._remote(src, "get from")
         source = self.prog.target(self, src, buffer, index)
-        if self.prog.state.first_unwritten(source) is not None:
-            raise ProgramError(f"{self}: get from rank {src} {source} reads chunks nobody wrote")
+        if self.prog.state.first_unwritten(Slot(source.rank, source.buffer, source.index, 1)) is not None:
+            raise ProgramError(f"{self}: get from rank {src} {source} reads a first chunk nobody wrote")
+        for piece, dst_slot in _moves(self.prog, source, self.slot):
+            self.prog.record(self.rank, recvtb, DslOp("get", PLAN_CHANNEL[chan_type], src, [_operand(piece)],
+                                                      [_operand(dst_slot)]))
         self.prog.state.copy(source, self.slot)
-        self.prog.record(self.rank, recvtb, DslOp("get", PLAN_CHANNEL[chan_type], src, [_operand(source)],
-                                                  [_operand(self.slot)]))
 
     def _sync(self, name: str, peer: int, tb: int, chan_type: ChannelType) -> None:
         self._remote(peer, name)
@@ -329,8 +345,9 @@ class Ref:
         target = self.prog.target(self, dst, buffer, index)
         if target == self.slot:
             return self
+        for src, dst_slot in _moves(self.prog, self.slot, target):
+            self.prog.record(self.rank, sendtb, DslOp(name, "none", None, [_operand(src)], [_operand(dst_slot)]))
         self.prog.state.copy(self.slot, target)
-        self.prog.record(self.rank, sendtb, DslOp(name, "none", None, [_operand(self.slot)], [_operand(target)]))
         return Ref(self.prog, target)
 
     def copy(self, dst: int, buffer: BufferLike | None = None, index: int = -1, sendtb: int = -1) -> Ref:
@@ -345,6 +362,11 @@ class Ref:
         if packet and other.rank != self.rank:
             raise ProgramError(f"{self}: reduce_packet reads packets on this rank; {other} is on rank {other.rank}")
         self.prog.require_link(other.rank, self.rank)
+        for operand in (other.slot, self.slot):  # a sum needs both sides; an empty slot has nothing to add
+            missing = self.prog.state.first_unwritten(operand)
+            if missing is not None:
+                raise ProgramError(f"{self}: reduce of {other} reads rank {operand.rank} {operand.buffer}[{missing}], "
+                                   "which holds no data; reduce only written chunks")
         self.prog.state.reduce(other.slot, self.slot)
         remote = other.rank != self.rank
         name = "repkt" if packet else ("rre" if remote else "re")

@@ -287,3 +287,29 @@ def test_duplicated_replication_scatters_an_allgather() -> None:
             c.copy(r, Buffer.output, r)
             c.put(1 - r, Buffer.output, r, sendtb=0)
         assert not Check()
+
+
+def test_a_chunk_over_empty_later_slots_is_a_reference_and_carries_them_along(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # mscclpp's and MSCCLang's chunk() look only at the slot at index; the empty slot after it travels along
+    with MSCCLPPProgram("ag_partial", fully_connected(2), AllGather(2, 1, False), 1) as prog:
+        for r in range(2):
+            chunk(r, Buffer.input, 0).copy(r, Buffer.output, r, sendtb=0)
+        pair = chunk(0, Buffer.output, 0, 2)  # output[1] of rank 0 is still empty here
+        assert pair is not None and pair.size == 2
+        pair.put(1, "staging", 0, sendtb=1)
+        pair.signal(1, "staging", 0, sendtb=1)
+        landed = chunk(1, "staging", 0)
+        landed.wait(0, Buffer.output, 0, recvtb=1)
+        landed.copy(1, Buffer.output, 0, sendtb=1)
+        mine = chunk(1, Buffer.input, 0)
+        mine.put(0, Buffer.output, 1, sendtb=2)
+        mine.signal(0, Buffer.output, 1, sendtb=2)
+        chunk(0, Buffer.output, 0).wait(1, Buffer.input, 0, recvtb=2)
+        assert chunk(1, "staging", 1) is None  # the empty slot emptied its destination
+        with pytest.raises(ProgramError, match="holds no data"):
+            chunk(0, Buffer.output, 0, 2).reduce(chunk(1, "staging", 0, 2), recvtb=3)
+        assert Check()
+        Json()
+        plan = json.loads(capsys.readouterr().out)
+    assert execute_plan(plan, collective=prog.spec).passed
