@@ -117,7 +117,7 @@ def _shared_forms(program: Program, spread: int, timed: bool, slots: int | None,
     key: tuple[Any, ...] = ()
     front = None
     if reuse is not None:
-        front_key = ("front", replace(program, options=replace(opts, instr_fusion=False)), timed)
+        front_key = ("front", *_program_key(program), replace(opts, instr_fusion=False), timed)
         key = ("schedule", front_key, opts.instr_fusion, spread, slots)
         if key in reuse:
             return reuse[key]
@@ -147,6 +147,28 @@ def _shared_forms(program: Program, spread: int, timed: bool, slots: int | None,
     if reuse is not None:
         reuse[key] = forms
     return forms
+
+
+class _Same:
+    """Equal only to a _Same of the very same object (and it keeps that object alive, so its id stays its own)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: object) -> None:
+        self.obj = obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.obj is self.obj
+
+
+def _program_key(program: Program) -> tuple[Any, ...]:
+    """The program less its options, for `reuse`: its large parts by identity (hashing the ops, the topology and
+    the collective by value would cost more than a cache hit saves; the tuner passes the same objects again)."""
+    return (program.name, program.protocol, program.instances, _Same(program.topology), _Same(program.collective),
+            _Same(program.buffers), _Same(program.ops))
 
 
 def with_options(program: Program, **options: Any) -> Program:
