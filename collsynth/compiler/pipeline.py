@@ -93,9 +93,7 @@ def _compile_once(program: Program, spread: int, pair: bool, *, pair_sends: bool
             after_each(name, form)
         return form
 
-    shared = _shared_forms(program, spread, timed, slots, reuse)
-    for name, form in shared:
-        seen(name, form)
+    shared = _shared_forms(program, spread, timed, slots, reuse, seen)
     dag, scheduled = shared[0][1], shared[-1][1]
     placed = seen("assign_threadblocks", assign_threadblocks(scheduled, opts.threadblock_policy, pair=pair_sends))
     if pair:
@@ -106,12 +104,13 @@ def _compile_once(program: Program, spread: int, pair: bool, *, pair_sends: bool
                                         source=dag.source, max_steps=max_steps))
 
 
-def _shared_forms(program: Program, spread: int, timed: bool, slots: int | None,
-                  reuse: FormCache | None) -> list[tuple[str, Any]]:
+def _shared_forms(program: Program, spread: int, timed: bool, slots: int | None, reuse: FormCache | None,
+                  seen: AfterEach) -> list[tuple[str, Any]]:
     """The forms from trace_to_dag to schedule, in pass order (the last one is the Schedule): made, or taken
-    from `reuse`. Each pass is a pure function of the program and the options named in its key, so a form made
-    for one configuration is exactly the form another with the same key would make: the forms up to
-    aggregate_contiguous do not depend on instr_fusion, and none up to schedule on the threadblock options."""
+    from `reuse`; `seen` gets each as it is made or taken. Each pass is a pure function of the program and the
+    options named in its key, so a form made for one configuration is exactly the form another with the same key
+    would make: the forms up to aggregate_contiguous do not depend on instr_fusion, and none up to schedule on
+    the threadblock options."""
     opts = program.options
     front_key: tuple[Any, ...] = ()
     key: tuple[Any, ...] = ()
@@ -120,30 +119,37 @@ def _shared_forms(program: Program, spread: int, timed: bool, slots: int | None,
         front_key = ("front", *_program_key(program), replace(opts, instr_fusion=False), timed)
         key = ("schedule", front_key, opts.instr_fusion, spread, slots)
         if key in reuse:
+            for name, form in reuse[key]:
+                seen(name, form)
             return reuse[key]
         front = reuse.get(front_key)
+    forms: list[tuple[str, Any]] = []
+
+    def made(name: str, form: Any) -> Any:
+        seen(name, form)
+        forms.append((name, form))
+        return form
+
     if front is None:
-        dag = trace_to_dag(program)
-        front = [("trace_to_dag", dag)]
+        dag = made("trace_to_dag", trace_to_dag(program))
         if timed:
-            dag = order_port_sends(dag, program.topology)
-            front.append(("order_port_sends", dag))
+            dag = made("order_port_sends", order_port_sends(dag, program.topology))
         if not opts.program_message_order:  # timed schedules keep each connection's messages in program order
-            dag = order_messages(dag)
-            front.append(("order_messages", dag))
+            dag = made("order_messages", order_messages(dag))
         if opts.aggregate:
             contiguous_io = program.instances == 1 or not opts.interleaved_replication
-            dag = aggregate_contiguous(dag, contiguous_io=contiguous_io, either_end=opts.aggregate_either_end)
-            front.append(("aggregate_contiguous", dag))
+            dag = made("aggregate_contiguous", aggregate_contiguous(dag, contiguous_io=contiguous_io,
+                                                                    either_end=opts.aggregate_either_end))
         if reuse is not None:
-            reuse[front_key] = front
-    forms = list(front)
-    dag = front[-1][1]
+            reuse[front_key] = list(forms)
+    else:
+        for name, form in front:
+            made(name, form)
+        dag = front[-1][1]
     if opts.instr_fusion:
-        dag = fuse_instructions(dag)
-        forms.append(("fuse_instructions", dag))
-    channelled = spread_channels(assign_channels(dag), spread)
-    forms += [("assign_channels", channelled), ("schedule", schedule(channelled, slots))]
+        dag = made("fuse_instructions", fuse_instructions(dag))
+    channelled = made("assign_channels", spread_channels(assign_channels(dag), spread))
+    made("schedule", schedule(channelled, slots))
     if reuse is not None:
         reuse[key] = forms
     return forms
