@@ -23,7 +23,7 @@ from collsynth.compiler.lowering import (
 )
 from collsynth.compiler.merging import aggregate_contiguous, fuse_instructions
 from collsynth.compiler.ordering import order_messages
-from collsynth.compiler.pipeline import compile_program, with_options
+from collsynth.compiler.pipeline import FormCache, compile_program, with_options
 from collsynth.compiler.placement import (
     ChannelledDAG,
     Placement,
@@ -35,7 +35,8 @@ from collsynth.compiler.ports import order_port_sends
 from collsynth.compiler.scheduling import schedule
 
 __all__ = [
-    "ChannelledDAG", "CompileError", "Dependencies", "Instr", "InstrDAG", "Placement", "Schedule", "TbProgram",
+    "ChannelledDAG", "CompileError", "Dependencies", "FormCache", "Instr", "InstrDAG", "Placement", "Schedule",
+    "TbProgram",
     "aggregate_contiguous", "assign_channels", "assign_threadblocks", "check_ir", "compile_program",
     "cross_instance_waits", "depths", "fuse_instructions", "insert_dependencies", "insert_nops",
     "instance_collective", "lower_to_ir", "order_messages", "order_port_sends", "prune_dependencies",

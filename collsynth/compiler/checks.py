@@ -53,10 +53,15 @@ def _check_limits(ir: Algo, at, max_steps: int | None) -> None:  # type: ignore[
                 raise CompileError(f"{at(gpu.id, tb.id, 0)}rank {gpu.id} threadblock {tb.id} uses channel {tb.chan}; "
                                    f"MSCCL has channels 0..{MAX_CHANNELS - 1} (channels per instance x instances "
                                    "must stay below that): use fewer channels or instances")
+            if max(map(_CNT, tb.steps), default=0) <= MAX_COUNT:
+                continue
             for step in tb.steps:
                 if step.cnt > MAX_COUNT:
                     raise CompileError(f"{at(gpu.id, tb.id, step.s)}a step moves {step.cnt} chunks; MSCCL moves at "
                                        f"most {MAX_COUNT} per step (cnt): split the reference (ref.split(k))")
+
+
+_CNT = attrgetter("cnt")
 
 
 def _connections(ir: Algo) -> tuple[dict, dict]:  # type: ignore[type-arg]

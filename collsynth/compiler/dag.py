@@ -7,9 +7,10 @@ reads locally, `dst` what it writes locally (for a send both are the slot sent; 
 the slot written; for rrc/rrs/rrcs both are the receiver's own slot, the local operand). A sending
 instr is matched (`send_to`) to the receiving instr on its peer.
 
-`InstrDAG.preds` holds the same-rank dependencies found while tracing: read-after-write,
+Every instr is one record that also holds its edges, as numbers of other instrs of its DAG.
+`Instr.preds` holds the same-rank dependencies found while tracing: read-after-write,
 write-after-read and write-after-write on each slot (a write waits for the readers since the last
-write, or for that write if nobody read it). `InstrDAG.after` holds the per-connection order: every
+write, or for that write if nobody read it). `Instr.after` holds the per-connection order: every
 message between two ranks follows the previous one, on the sending side and on the receiving side
 alike, so the FIFO connections see the same order at both ends. `trace_to_dag` queues messages in
 program order (always feasible: every dependency of the trace points forward in program order);
@@ -21,7 +22,7 @@ Depth counts dependencies and send->receive edges as 1 and ordering edges as 0. 
 every pass: instrs are numbered in a topological order of all three kinds of edges (after tracing,
 by program position), so depths are one pass; a merge of instrs is safe when every edge between
 groups still goes up in (depth, position). A pass that renumbers or merges instrs names the new order (and
-the groups) as a `Renumbering`; `InstrDAG.renumbered` remaps every index column through it, so no pass
+the groups) as a `Renumbering`; `InstrDAG.renumbered` remaps every instr's edges through it, so no pass
 remaps preds / after / send_to itself.
 """
 
@@ -31,7 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import chain
-from typing import NamedTuple
+from operator import attrgetter
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -66,6 +68,11 @@ class Instr(NamedTuple):
     tb_hint: int = -1  # -1: automatic
     ch_hint: int = -1
     line: int = 0
+    # Its edges, in its DAG's numbering (set by trace_to_dag, remapped only by InstrDAG.renumbered):
+    preds: tuple[int, ...] = ()  # same-rank dependencies, each < its instr
+    after: tuple[int, ...] = ()  # the previous message(s) of the instr's connection(s), each < it
+    send_to: int = -1  # the matched receiving instr of a sending instr, else -1
+    channel: int = -1  # set by assign_channels; a local copy/reduction without a hint keeps -1 (any)
 
     def __str__(self) -> str:
         span = "" if self.cnt == 1 else f"x{self.cnt}"
@@ -81,18 +88,22 @@ class Instr(NamedTuple):
         return f"r{self.rank} {self.kind:<4} {body}{peers}{hints}{line}"
 
 
-# An Instr from all 12 fields in order, without NamedTuple.__new__'s argument handling (half the cost; the
+# An Instr from all 16 fields in order, without NamedTuple.__new__'s argument handling (half the cost; the
 # tracing makes millions of them).
 instr_of_fields = partial(tuple.__new__, Instr)
+STEP_FIELDS = 12  # Instr's fields before its edges: ins[:STEP_FIELDS] is the step itself
 
 
-@dataclass(frozen=True)
+def column(instrs: Sequence[Instr], name: str) -> list[Any]:
+    """One field of every instr, as a list (for the passes' inner loops: a list index is cheaper than a field
+    lookup)."""
+    return list(map(attrgetter(name), instrs))
+
+
+@dataclass(frozen=True, slots=True)
 class InstrDAG:
     num_ranks: int
-    instrs: tuple[Instr, ...]
-    preds: tuple[tuple[int, ...], ...]  # same-rank dependencies, each < its instr
-    after: tuple[tuple[int, ...], ...]  # the previous message(s) of the instr's connection(s), each < it
-    send_to: tuple[int, ...]  # the matched receiving instr of each sending instr, else -1
+    instrs: tuple[Instr, ...]  # numbered in a topological order of all their edges
     source: str = ""  # DSL file, for messages
 
     def __len__(self) -> int:
@@ -101,7 +112,7 @@ class InstrDAG:
     def recv_from(self) -> list[int]:
         """The matched sending instr of each receiving instr, else -1."""
         sender = [-1] * len(self.instrs)
-        for i, j in enumerate(self.send_to):
+        for i, j in enumerate(column(self.instrs, "send_to")):
             if j >= 0:
                 sender[j] = i
         return sender
@@ -116,18 +127,23 @@ class InstrDAG:
 
     def renumbered(self, numbering: Renumbering, instrs: Sequence[Instr],
                    after: Sequence[tuple[int, ...]] | None = None) -> InstrDAG:
-        """The DAG of the new `instrs` (one per new number): every edge column renumbered through
-        `numbering`; `after`: new queues, given in new numbers, instead of the old ones renumbered."""
-        return InstrDAG(self.num_ranks, tuple(instrs), numbering.edges(self.preds),
-                        numbering.edges(self.after) if after is None else tuple(after),
-                        numbering.targets(self.send_to), self.source)
+        """The DAG of the new `instrs` (one per new number; their own edges are ignored): every old instr's
+        edges renumbered through `numbering`; `after`: new queues, given in new numbers, instead of the old ones
+        renumbered."""
+        old = self.instrs
+        preds = numbering.edges(column(old, "preds"))
+        queued = numbering.edges(column(old, "after")) if after is None else after
+        send_to = numbering.targets(column(old, "send_to"))
+        made = [instr_of_fields((*ins[:STEP_FIELDS], p, a, t, ins.channel))
+                for ins, p, a, t in zip(instrs, preds, queued, send_to, strict=True)]
+        return InstrDAG(self.num_ranks, tuple(made), self.source)
 
     def __str__(self) -> str:
         lines = [f"instruction DAG: {len(self.instrs)} instrs on {self.num_ranks} ranks"]
         for i, ins in enumerate(self.instrs):
-            after = f"  after {','.join(map(str, self.preds[i]))}" if self.preds[i] else ""
-            order = f"  queued after {','.join(map(str, self.after[i]))}" if self.after[i] else ""
-            to = f"  => {self.send_to[i]}" if self.send_to[i] >= 0 else ""
+            after = f"  after {','.join(map(str, ins.preds))}" if ins.preds else ""
+            order = f"  queued after {','.join(map(str, ins.after))}" if ins.after else ""
+            to = f"  => {ins.send_to}" if ins.send_to >= 0 else ""
             lines.append(f"  {i}: {ins}{after}{order}{to}")
         return "\n".join(lines)
 
@@ -193,21 +209,32 @@ def dependents(dag: InstrDAG) -> tuple[list[int], list[int]]:
     """The same-rank dependents of every instr in CSR form: those of instr i are targets[first[i]:first[i + 1]],
     in increasing order."""
     n = len(dag.instrs)
-    heads = np.fromiter(chain.from_iterable(dag.preds), dtype=np.int64)
-    tails = np.repeat(np.arange(n), np.fromiter(map(len, dag.preds), dtype=np.int64, count=n))
+    preds = column(dag.instrs, "preds")
+    heads = np.fromiter(chain.from_iterable(preds), dtype=np.int64)
+    tails = np.repeat(np.arange(n), np.fromiter(map(len, preds), dtype=np.int64, count=n))
     by_head = np.argsort(heads, kind="stable")  # tails are increasing: each instr's dependents stay sorted
     first = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(heads, minlength=n), out=first[1:])
     return first.tolist(), tails[by_head].tolist()
 
 
-def depths(dag: InstrDAG, queued: bool = True) -> tuple[list[int], list[int]]:
+Edges = tuple[list[tuple[int, ...]], Sequence[tuple[int, ...]], list[int]]  # preds, after, send_to of every instr
+
+
+def edge_columns(dag: InstrDAG, queued: bool = True) -> Edges:
+    """Every instr's preds, after (empty for all when not `queued`) and send_to, for the passes' inner loops."""
+    instrs = dag.instrs
+    after = column(instrs, "after") if queued else ((),) * len(instrs)
+    return column(instrs, "preds"), after, column(instrs, "send_to")
+
+
+def depths(dag: InstrDAG, queued: bool = True, edges: Edges | None = None) -> tuple[list[int], list[int]]:
     """Longest path from a start (depth) and to an end (reverse depth) of every instr: dependencies and
     send -> receive edges count 1, ordering edges 0 (`queued=False`: ordering edges are left out, the
-    pure critical path of the data). One forward and one backward pass."""
-    n = len(dag.instrs)
-    preds, send_to = dag.preds, dag.send_to
-    after = dag.after if queued else ((),) * n
+    pure critical path of the data). One forward and one backward pass. `edges`: the DAG's `edge_columns`
+    when the caller has them."""
+    preds, after, send_to = edges or edge_columns(dag, queued)
+    n = len(preds)
     rdepth = [0] * n
     for i in range(n - 1, -1, -1):
         r = rdepth[i]
@@ -221,14 +248,13 @@ def depths(dag: InstrDAG, queued: bool = True) -> tuple[list[int], list[int]]:
         for p in after[i]:
             if rdepth[p] < r:
                 rdepth[p] = r
-    return forward_depths(dag, queued), rdepth
+    return forward_depths(dag, queued, (preds, after, send_to)), rdepth
 
 
-def forward_depths(dag: InstrDAG, queued: bool = True) -> list[int]:
+def forward_depths(dag: InstrDAG, queued: bool = True, edges: Edges | None = None) -> list[int]:
     """The depth half of `depths`."""
-    n = len(dag.instrs)
-    preds, send_to = dag.preds, dag.send_to
-    after = dag.after if queued else ((),) * n
+    preds, after, send_to = edges or edge_columns(dag, queued)
+    n = len(preds)
     depth = [0] * n
     for i in range(n):
         d = depth[i]
@@ -270,9 +296,6 @@ def trace_to_dag(program: Program) -> InstrDAG:
     readers: list[list[int] | None] = [None] * total
     last_message: dict[tuple[int, int], int] = {}  # (sender, receiver) -> index of the last send
     instrs: list[Instr] = []
-    preds: list[tuple[int, ...]] = []
-    after: list[tuple[int, ...]] = []
-    send_to: list[int] = []
 
     def read(i: int, first: int, cnt: int, deps: set[int], rank: int, buf: str, off: int, line: int) -> None:
         for slot in range(first, first + cnt):
@@ -345,10 +368,8 @@ def trace_to_dag(program: Program) -> InstrDAG:
             write(i, dfirst, cnt, deps)
             deps.discard(i)
             instrs.append(instr_of_fields((COPY if copying else REDUCE, src.rank, sbuf, soff, dbuf, doff, cnt, -1, -1,
-                                           -1 if op.sendtb is None or not manual else op.sendtb, channel, line)))
-            preds.append(ordered(deps))
-            after.append(())
-            send_to.append(-1)
+                                           -1 if op.sendtb is None or not manual else op.sendtb, channel, line,
+                                           ordered(deps), (), -1, -1)))
             continue
         previous = last_message.get((src.rank, dst.rank))
         last_message[(src.rank, dst.rank)] = i
@@ -370,28 +391,24 @@ def trace_to_dag(program: Program) -> InstrDAG:
             deps.discard(j)
             recv_preds = ordered(deps)
         instrs.append(instr_of_fields((SEND, src.rank, sbuf, soff, sbuf, soff, cnt, dst.rank, -1,
-                                       -1 if op.sendtb is None or not manual else op.sendtb, channel, line)))
-        preds.append(send_deps)
-        after.append(() if previous is None else (previous,))
-        send_to.append(j)
+                                       -1 if op.sendtb is None or not manual else op.sendtb, channel, line,
+                                       send_deps, () if previous is None else (previous,), j, -1)))
         instrs.append(instr_of_fields((RECV if copying else RECV_REDUCE_COPY, dst.rank, dbuf, doff, dbuf, doff, cnt, -1,
-                                       src.rank, -1 if op.recvtb is None or not manual else op.recvtb, channel, line)))
-        preds.append(recv_preds)
-        after.append(() if previous is None else (previous + 1,))
-        send_to.append(-1)
-    return InstrDAG(program.num_ranks, tuple(instrs), tuple(preds), tuple(after), tuple(send_to), source)
+                                       src.rank, -1 if op.recvtb is None or not manual else op.recvtb, channel, line,
+                                       recv_preds, () if previous is None else (previous + 1,), -1, -1)))
+    return InstrDAG(program.num_ranks, tuple(instrs), source)
 
 
 # --- order_messages ------------------------------------------------------------------------------
 
 
-def transfer_chain(instrs: Sequence[Instr], send_to: Sequence[int], head: int) -> list[int]:
+def transfer_chain(instrs: Sequence[Instr], head: int) -> list[int]:
     """The instrs one chunk's transfer passes through from the send `head`: the fused steps that forward it,
     then the final receive."""
     chain = [head]
-    j = send_to[head]
+    j = instrs[head].send_to
     while instrs[j].kind in FUSED_TYPES:
         chain.append(j)
-        j = send_to[j]
+        j = instrs[j].send_to
     chain.append(j)
     return chain

@@ -11,17 +11,23 @@ from dataclasses import dataclass
 
 from collsynth.compiler.placement import Placement
 
-Dep = tuple[int, int]  # (threadblock, step) on the same rank
+Dep = tuple[int, int]  # (threadblock, step) on the same rank; a StepRef where it names where an instr runs
+Waits = tuple[Dep, ...]  # what one step waits for
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Dependencies:
     placement: Placement
-    deps: tuple[tuple[Dep, ...], ...]  # per instr
+    waits: tuple[tuple[tuple[Waits, ...], ...], ...]  # per rank, per threadblock, per step: like placement.tbs
+
+    def waits_of(self, i: int) -> Waits:
+        """What instr i's step waits for."""
+        t, s = self.placement.at[i]
+        return self.waits[self.placement.dag.instrs[i].rank][t][s]
 
     @property
     def count(self) -> int:
-        return sum(len(d) for d in self.deps)
+        return sum(len(w) for rank_waits in self.waits for tb_waits in rank_waits for w in tb_waits)
 
     def __str__(self) -> str:
         p = self.placement
@@ -29,46 +35,59 @@ class Dependencies:
         for rank, tbs in enumerate(p.tbs):
             for t, tb in enumerate(tbs):
                 lines.append(f"  r{rank} tb{t} send={tb.send} recv={tb.recv} chan={tb.chan}")
-                for s, i in enumerate(tb.instrs):
-                    wait = " after " + ", ".join(f"tb{a}.s{b}" for a, b in self.deps[i]) if self.deps[i] else ""
+                for s, (i, waits) in enumerate(zip(tb.instrs, self.waits[rank][t], strict=True)):
+                    wait = " after " + ", ".join(f"tb{a}.s{b}" for a, b in waits) if waits else ""
                     lines.append(f"    {s}: {p.dag.instrs[i]}{wait}")
         return "\n".join(lines)
 
 
 def insert_dependencies(placement: Placement) -> Dependencies:
-    """Each instr waits for the last step it depends on in every other threadblock of its rank."""
-    preds, tb_of, step_of = placement.dag.preds, placement.tb_of, placement.step_of
-    deps: list[tuple[Dep, ...]] = []
-    for i, ps in enumerate(preds):
-        mine = tb_of[i]
-        if len(ps) < 2:  # the usual cases, without a dict
-            t = tb_of[ps[0]] if ps else mine
-            deps.append(((t, step_of[ps[0]]),) if t != mine else ())
-            continue
-        latest: dict[int, int] = {}
-        for p in ps:
-            t = tb_of[p]
-            if t != mine and step_of[p] > latest.get(t, -1):
-                latest[t] = step_of[p]
-        deps.append(tuple(sorted(latest.items())))
-    return Dependencies(placement, tuple(deps))
+    """Each step waits for the last step it depends on in every other threadblock of its rank."""
+    instrs, at = placement.dag.instrs, placement.at
+    waits = []
+    for rank_tbs in placement.tbs:
+        rank_waits = []
+        for mine, tb in enumerate(rank_tbs):
+            tb_waits: list[Waits] = []
+            for i in tb.instrs:
+                ps = instrs[i].preds
+                if len(ps) < 2:  # the usual cases, without a dict
+                    ref = at[ps[0]] if ps else None
+                    tb_waits.append((ref,) if ref is not None and ref.tb != mine else ())
+                    continue
+                latest: dict[int, int] = {}
+                for p in ps:
+                    t, step = at[p]
+                    if t != mine and step > latest.get(t, -1):
+                        latest[t] = step
+                tb_waits.append(tuple(sorted(latest.items())))
+            rank_waits.append(tuple(tb_waits))
+        waits.append(tuple(rank_waits))
+    return Dependencies(placement, tuple(waits))
 
 
 def prune_dependencies(dependencies: Dependencies) -> Dependencies:
     """Drop a wait that an earlier step of the same threadblock already covers (it waited for the same
     or a later step of that threadblock)."""
-    placement = dependencies.placement
-    deps = list(dependencies.deps)
-    for tbs in placement.tbs:
-        for tb in tbs:
+    pruned = []
+    for rank_waits in dependencies.waits:
+        rank_pruned = []
+        for tb_waits in rank_waits:
+            if sum(map(bool, tb_waits)) < 2:  # at most one step waits: nothing to cover
+                rank_pruned.append(tb_waits)
+                continue
             waited: dict[int, int] = {}
-            for i in tb.instrs:
-                if not deps[i]:
+            kept_waits: list[Waits] = []
+            for step_waits in tb_waits:
+                if not step_waits:
+                    kept_waits.append(step_waits)
                     continue
                 kept = []
-                for t, s in deps[i]:
+                for t, s in step_waits:
                     if waited.get(t, -1) < s:
                         kept.append((t, s))
                         waited[t] = s
-                deps[i] = tuple(kept)
-    return Dependencies(placement, tuple(deps))
+                kept_waits.append(step_waits if len(kept) == len(step_waits) else tuple(kept))
+            rank_pruned.append(tuple(kept_waits))
+        pruned.append(tuple(rank_pruned))
+    return Dependencies(dependencies.placement, tuple(pruned))

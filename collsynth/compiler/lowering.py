@@ -32,12 +32,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, fields
 from functools import partial
+from itertools import chain, compress
+from operator import attrgetter
 from typing import NamedTuple
 
 from collsynth.collectives import Collective
 from collsynth.compiler.dag import Instr
-from collsynth.compiler.deps import Dep, Dependencies
-from collsynth.compiler.placement import Placement
+from collsynth.compiler.deps import Dep, Dependencies, Waits
+from collsynth.compiler.placement import Placement, StepRef
 from collsynth.ir import (
     COPY,
     NOP,
@@ -131,9 +133,7 @@ def instance_collective(collective: Collective, instances: int) -> Collective:
 def replicate_instances(dependencies: Dependencies, program: Program) -> TbProgram:
     """Concrete IR threadblocks for every instance (see the module docstring)."""
     placement = dependencies.placement
-    instrs = placement.dag.instrs
-    deps = dependencies.deps
-    tb_of, step_of = placement.tb_of, placement.step_of
+    instrs, runs_at = placement.dag.instrs, placement.at
     coll = program.collective
     copies = program.instances
     interleaved = program.options.interleaved_replication
@@ -141,7 +141,7 @@ def replicate_instances(dependencies: Dependencies, program: Program) -> TbProgr
     sizes = {INPUT: buffer_size(coll, INPUT), OUTPUT: buffer_size(coll, OUTPUT)}
     cross = cross_instance_waits(placement, copies, interleaved)
     gpus, gpu_sizes = [], []
-    for rank, tbs in enumerate(placement.tbs):
+    for rank, (tbs, rank_waits) in enumerate(zip(placement.tbs, dependencies.waits, strict=True)):
         scratch = program.scratch_sizes(rank)
         base, at = {}, 0
         for name, size in scratch.items():
@@ -158,48 +158,68 @@ def replicate_instances(dependencies: Dependencies, program: Program) -> TbProgr
         for new, (_, old) in enumerate(keys):
             new_id[old] = new
         made: list[LTb] = [None] * len(keys)  # type: ignore[list-item]
-        for t, tb in enumerate(tbs):
+        for t, (tb, tb_waits) in enumerate(zip(tbs, rank_waits, strict=True)):
             if copies == 1:  # the usual case: every step as it is, on its buffer's IR buffer
-                made[new_id[t]] = LTb(tb.send, tb.recv, tb.chan, _one_instance(tb.instrs, instrs, deps, layout, new_id))
+                made[new_id[t]] = LTb(tb.send, tb.recv, tb.chan,
+                                      _one_instance(tb.instrs, tb_waits, instrs, layout, new_id))
                 continue
-            for k in range(copies):
-                steps = []
-                waited: dict[int, int] = {}  # threadblock -> latest step this threadblock already waited for
-                for i in tb.instrs:
-                    ins = instrs[i]
-                    cnt = ins.cnt
-                    sb, sstart, ssize = layout[ins.src_buf]
-                    db, dstart, dsize = layout[ins.dst_buf]
-                    if interleaved:  # see the module docstring
-                        so, do = sstart + ins.src_off * copies + k * cnt, dstart + ins.dst_off * copies + k * cnt
-                    else:
-                        so, do = sstart + ssize * k + ins.src_off, dstart + dsize * k + ins.dst_off
-                    waits = [(dt * copies + k, ds) for dt, ds in deps[i]] if deps[i] else []
-                    if cross:
-                        waits += [(tb_of[p] * copies + kp, step_of[p]) for p, kp in cross.get((i, k), ())]
-                        waits = _uncovered(waits, waited)
-                    waits_to = tuple([(new_id[a], b) for a, b in waits]) if waits else ()
-                    steps.append(lstep_of_fields((ins.kind, sb, so, db, do, cnt, waits_to, False, ins.line)))
-                chan = tb.chan + k * per_instance
-                made[new_id[t * copies + k]] = LTb(tb.send, tb.recv, chan, tuple(steps))
+            steps_of = _many_instances(tb.instrs, tb_waits, instrs, layout, new_id, copies, interleaved, cross,
+                                       runs_at)
+            for k, steps in enumerate(steps_of):
+                made[new_id[t * copies + k]] = LTb(tb.send, tb.recv, tb.chan + k * per_instance, steps)
         gpus.append(tuple(made))
         gpu_sizes.append((coll.input_chunks * copies, coll.output_chunks * copies, at))
     return TbProgram(program.name, instance_collective(coll, copies), program.protocol, coll.inplace, copies,
                      tuple(gpus), tuple(gpu_sizes), placement.dag.source)
 
 
-def _one_instance(members: tuple[int, ...], instrs: tuple[Instr, ...], deps: tuple[tuple[Dep, ...], ...],
+def _one_instance(members: tuple[int, ...], tb_waits: tuple[Waits, ...], instrs: tuple[Instr, ...],
                   layout: dict[str, tuple[str, int, int]], new_id: list[int]) -> tuple[LStep, ...]:
     """The steps of one threadblock when there is one instance (no other instance to wait for either)."""
     steps = []
-    for i in members:
+    for i, waits in zip(members, tb_waits, strict=True):
         ins = instrs[i]
         sb, sstart, _ = layout[ins.src_buf]
         db, dstart, _ = layout[ins.dst_buf]
-        waits = deps[i]
         steps.append(lstep_of_fields((ins.kind, sb, sstart + ins.src_off, db, dstart + ins.dst_off, ins.cnt,
                                       tuple([(new_id[a], b) for a, b in waits]) if waits else (), False, ins.line)))
     return tuple(steps)
+
+
+def _many_instances(members: tuple[int, ...], tb_waits: tuple[Waits, ...], instrs: tuple[Instr, ...],
+                    layout: dict[str, tuple[str, int, int]], new_id: list[int], copies: int, interleaved: bool,
+                    cross: dict[Access, tuple[Access, ...]], runs_at: tuple[StepRef, ...]) -> list[tuple[LStep, ...]]:
+    """The steps of one threadblock's `copies` instances (see the module docstring), per instance."""
+    # Instance k of a step reads and writes at (first offset) + k * (stride): each step's part is computed once.
+    parts = []
+    for i, waits in zip(members, tb_waits, strict=True):
+        ins = instrs[i]
+        cnt = ins.cnt
+        sb, sstart, ssize = layout[ins.src_buf]
+        db, dstart, dsize = layout[ins.dst_buf]
+        if interleaved:
+            parts.append((i, ins.kind, sb, sstart + ins.src_off * copies, cnt, db, dstart + ins.dst_off * copies, cnt,
+                          cnt, waits, ins.line))
+        else:
+            parts.append((i, ins.kind, sb, sstart + ins.src_off, ssize, db, dstart + ins.dst_off, dsize, cnt, waits,
+                          ins.line))
+    instances = []
+    for k in range(copies):
+        steps = []
+        waited: dict[int, int] = {}  # threadblock -> latest step this threadblock already waited for
+        for i, kind, sb, so, sstride, db, do, dstride, cnt, waits, line in parts:
+            if cross:
+                both = [(dt * copies + k, ds) for dt, ds in waits]
+                both += [(runs_at[p].tb * copies + kp, runs_at[p].step) for p, kp in cross.get((i, k), ())]
+                waits_to = tuple([(new_id[a], b) for a, b in _uncovered(both, waited)])
+            elif waits:
+                waits_to = tuple([(new_id[dt * copies + k], ds) for dt, ds in waits])
+            else:
+                waits_to = ()
+            step = (kind, sb, so + k * sstride, db, do + k * dstride, cnt, waits_to, False, line)
+            steps.append(lstep_of_fields(step))
+        instances.append(tuple(steps))
+    return instances
 
 
 def _uncovered(waits: list[Dep], waited: dict[int, int]) -> list[Dep]:
@@ -233,36 +253,48 @@ def cross_instance_waits(placement: Placement, copies: int,
     instrs = placement.dag.instrs
     if copies == 1 or not interleaved or all(ins.cnt == 1 for ins in instrs):
         return {}
-    last_writer: dict[tuple[int, str, int], Access] = {}
-    readers: dict[tuple[int, str, int], list[Access]] = {}
+    # per (rank, buffer): the last writer and the readers since of every position, by position
+    positions: dict[tuple[int, str], tuple[dict[int, Access], dict[int, list[Access]]]] = {}
+
+    def of(rank: int, buf: str) -> tuple[dict[int, Access], dict[int, list[Access]]]:
+        tables = positions.get((rank, buf))
+        if tables is None:
+            tables = positions[(rank, buf)] = ({}, {})
+        return tables
+
     waits: dict[Access, tuple[Access, ...]] = {}
     for i, ins in enumerate(instrs):  # a topological order: instrs that conflict come in program order
-        reads = [(ins.src_buf, ins.src_off)] if ins.kind in _READS_SRC else []
-        if ins.kind in _READS_DST:
-            reads.append((ins.dst_buf, ins.dst_off))
-        writes = ins.kind in _WRITES_DST
-        cnt, rank = ins.cnt, ins.rank
+        kind, rank, cnt = ins.kind, ins.rank, ins.cnt
+        reads = [(of(rank, ins.src_buf), ins.src_off)] if kind in _READS_SRC else []
+        if kind in _READS_DST:
+            reads.append((of(rank, ins.dst_buf), ins.dst_off))
+        written = of(rank, ins.dst_buf) if kind in _WRITES_DST else None
         for k in range(copies):
             me = (i, k)
             found: set[Access] = set()
-            for buf, off in reads:
+            for (last_writer, readers), off in reads:
                 first = off * copies + k * cnt
                 for pos in range(first, first + cnt):
-                    key = (rank, buf, pos)
-                    w = last_writer.get(key)
+                    w = last_writer.get(pos)
                     if w is not None:
                         found.add(w)
-                    readers.setdefault(key, []).append(me)
-            if writes:
+                    rs = readers.get(pos)
+                    if rs is None:
+                        readers[pos] = [me]
+                    else:
+                        rs.append(me)
+            if written is not None:
+                last_writer, readers = written
                 first = ins.dst_off * copies + k * cnt
                 for pos in range(first, first + cnt):
-                    key = (rank, ins.dst_buf, pos)
-                    rs = readers.pop(key, None)
+                    rs = readers.pop(pos, None)
                     if rs:
                         found.update(rs)  # write after read; those readers already follow the last write
-                    elif key in last_writer:
-                        found.add(last_writer[key])  # write after write
-                    last_writer[key] = me
+                    else:
+                        w = last_writer.get(pos)
+                        if w is not None:
+                            found.add(w)  # write after write
+                    last_writer[pos] = me
             other = tuple(sorted(a for a in found if a[1] != k))  # own instance: the DAG's dependencies
             if other:
                 waits[me] = other
@@ -274,52 +306,76 @@ def insert_nops(tbprog: TbProgram) -> TbProgram:
     (MSCCL steps name a single dependency). Waited-on steps get hasdep."""
     gpus = []
     for tbs in tbprog.gpus:
-        # New index of every old step, counting the nops inserted before it (None: none inserted).
-        new_index: list[list[int] | None] = []
-        for tb in tbs:
-            if all(len(step.deps) < 2 for step in tb.steps):
-                new_index.append(None)
-                continue
-            at, index = 0, []
-            for step in tb.steps:
-                at += max(len(step.deps) - 1, 0)
-                index.append(at)
-                at += 1
-            new_index.append(index)
-
-        def moved(t: int, s: int, new_index: list[list[int] | None] = new_index) -> Dep:
-            index = new_index[t]
-            return (t, s) if index is None else (t, index[s])
-
-        shifted = any(index is not None for index in new_index)  # else every step keeps its index
+        deps_of = [list(map(_DEPS, tb.steps)) for tb in tbs]
+        if any(max(map(len, deps), default=0) > 1 for deps in deps_of):
+            gpus.append(_with_nops(tbs))
+            continue
+        # No nop on this GPU (the usual case): every step keeps its index, only hasdep may change.
         waited: list[set[int]] = [set() for _ in tbs]  # per threadblock: its steps that others wait for
-        for tb in tbs:
-            for step in tb.steps:
-                for t, s in step.deps:
-                    t, s = moved(t, s) if shifted else (t, s)
-                    waited[t].add(s)
+        for deps in deps_of:
+            for t, s in chain.from_iterable(deps):
+                waited[t].add(s)
         new_tbs = []
-        for t, tb in enumerate(tbs):
-            mine = waited[t]
-            if not shifted and all(len(step.deps) < 2 and step.hasdep == (k in mine)
-                                   for k, step in enumerate(tb.steps)):
-                new_tbs.append(tb)  # no nop and no flag to change
+        for tb, mine in zip(tbs, waited, strict=True):
+            flagged = list(compress(range(len(tb.steps)), map(_HASDEP, tb.steps)))
+            wrong = mine.symmetric_difference(flagged)  # steps whose flag must flip
+            if not wrong:
+                new_tbs.append(tb)
                 continue
-            steps = []
-            for step in tb.steps:
-                deps = step.deps
-                if deps and (shifted or len(deps) > 1):
-                    deps = tuple(moved(a, b) for a, b in deps)
-                    for dep in deps[1:]:
-                        steps.append(LStep(NOP, "i", -1, "o", -1, 0, (dep,), False, step.line))
-                    deps = deps[:1]
-                hasdep = len(steps) in mine
-                steps.append(step if (deps == step.deps and hasdep == step.hasdep) else
-                             lstep_of_fields((*step[:6], deps, hasdep, step.line)))
+            steps = list(tb.steps)
+            for k in wrong:
+                step = steps[k]
+                steps[k] = lstep_of_fields((*step[:7], not step.hasdep, step.line))
             new_tbs.append(LTb(tb.send, tb.recv, tb.chan, tuple(steps)))
         gpus.append(tuple(new_tbs))
     return TbProgram(tbprog.name, tbprog.collective, tbprog.proto, tbprog.inplace, tbprog.instances, tuple(gpus),
                      tbprog.sizes, tbprog.source)
+
+
+_DEPS, _HASDEP = attrgetter("deps"), attrgetter("hasdep")
+
+
+def _with_nops(tbs: tuple[LTb, ...]) -> tuple[LTb, ...]:
+    """insert_nops on one GPU where some step waits on several steps."""
+    # New index of every old step, counting the nops inserted before it (None: none inserted).
+    new_index: list[list[int] | None] = []
+    for tb in tbs:
+        if all(len(step.deps) < 2 for step in tb.steps):
+            new_index.append(None)
+            continue
+        at, index = 0, []
+        for step in tb.steps:
+            at += max(len(step.deps) - 1, 0)
+            index.append(at)
+            at += 1
+        new_index.append(index)
+
+    def moved(t: int, s: int) -> Dep:
+        index = new_index[t]
+        return (t, s) if index is None else (t, index[s])
+
+    waited: list[set[int]] = [set() for _ in tbs]  # per threadblock: its steps that others wait for
+    for tb in tbs:
+        for step in tb.steps:
+            for t, s in step.deps:
+                t, s = moved(t, s)
+                waited[t].add(s)
+    new_tbs = []
+    for t, tb in enumerate(tbs):
+        mine = waited[t]
+        steps = []
+        for step in tb.steps:
+            deps = step.deps
+            if deps:
+                deps = tuple(moved(a, b) for a, b in deps)
+                for dep in deps[1:]:
+                    steps.append(LStep(NOP, "i", -1, "o", -1, 0, (dep,), False, step.line))
+                deps = deps[:1]
+            hasdep = len(steps) in mine
+            steps.append(step if (deps == step.deps and hasdep == step.hasdep) else
+                         lstep_of_fields((*step[:6], deps, hasdep, step.line)))
+        new_tbs.append(LTb(tb.send, tb.recv, tb.chan, tuple(steps)))
+    return tuple(new_tbs)
 
 
 _NO_DEP = (-1, -1)  # depid, deps of a step that waits for nothing
@@ -355,7 +411,7 @@ def lower_to_ir(tbprog: TbProgram) -> Algo:
     for rank, tbs in enumerate(tbprog.gpus):
         threadblocks = []
         for t, tb in enumerate(tbs):
-            if any(len(s.deps) > 1 for s in tb.steps):
+            if max(map(len, map(_DEPS, tb.steps)), default=0) > 1:
                 raise ValueError("lower_to_ir needs insert_nops first: a step has several dependencies")
             steps = tuple([step_of_fields(k, s.type, s.srcbuf, s.srcoff, s.dstbuf, s.dstoff, s.cnt,
                                           *(s.deps[0] if s.deps else _NO_DEP), s.hasdep)

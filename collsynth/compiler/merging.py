@@ -39,10 +39,9 @@ def _contract(dag: InstrDAG, merges: Sequence[tuple[Sequence[int], Instr]], dept
     units.sort(key=depth.__getitem__)  # stable: ties stay in index order
     old = dag.instrs
     contracted = dag.renumbered(Renumbering(n, units, groups), [replacement.get(u) or old[u] for u in units])
-    for k, (preds, after) in enumerate(zip(contracted.preds, contracted.after, strict=True)):
-        if preds and preds[-1] >= k or after and after[-1] >= k:
-            raise CompileError(f"internal error: merging instructions broke the topological order at "
-                               f"{contracted.instrs[k]}")
+    for k, ins in enumerate(contracted.instrs):
+        if ins.preds and ins.preds[-1] >= k or ins.after and ins.after[-1] >= k:
+            raise CompileError(f"internal error: merging instructions broke the topological order at {ins}")
     return contracted
 
 
@@ -57,7 +56,7 @@ def aggregate_contiguous(dag: InstrDAG, contiguous_io: bool = True, either_end: 
     merged step would be replicated in blocks that cut across the single-chunk steps on the same chunks
     (correct, see lowering.py, but instances would then wait for each other). `either_end=False`: a run of
     messages grows only upwards (a later-queued message with lower slots starts a new run)."""
-    instrs, send_to, after = dag.instrs, dag.send_to, dag.after
+    instrs = dag.instrs
     if not _has_candidates(dag):
         return dag
     depth = forward_depths(dag)
@@ -71,10 +70,10 @@ def aggregate_contiguous(dag: InstrDAG, contiguous_io: bool = True, either_end: 
     # Messages: runs along each connection's queue (it starts at a send queued behind nothing).
     next_message: dict[int, int] = {}
     for i, ins in enumerate(instrs):
-        if ins.kind == SEND and after[i]:
-            next_message[after[i][0]] = i
+        if ins.kind == SEND and ins.after:
+            next_message[ins.after[0]] = i
     for head, ins in enumerate(instrs):
-        if ins.kind != SEND or after[head]:
+        if ins.kind != SEND or ins.after:
             continue
         run, total = [head], ins.cnt
         ends = (run[0], run[0])  # the messages holding the lowest and the highest slots of the run
@@ -84,17 +83,18 @@ def aggregate_contiguous(dag: InstrDAG, contiguous_io: bool = True, either_end: 
             if side < 0 and not either_end:
                 side = 0
             if (side and total + instrs[k].cnt <= MAX_COUNT and not excluded(k)
-                    and not excluded(send_to[k]) and not excluded(run[0]) and not excluded(send_to[run[0]])):
+                    and not excluded(instrs[k].send_to) and not excluded(run[0])
+                    and not excluded(instrs[run[0]].send_to)):
                 run.append(k)
                 total += instrs[k].cnt
                 ends = (k, ends[1]) if side < 0 else (ends[0], k)
             else:
                 if len(run) > 1:
-                    _merge_messages(run, total, instrs, send_to, merges, ends[0])
+                    _merge_messages(run, total, instrs, merges, ends[0])
                 run, total, ends = [k], instrs[k].cnt, (k, k)
             k = next_message.get(k)
         if len(run) > 1:
-            _merge_messages(run, total, instrs, send_to, merges, ends[0])
+            _merge_messages(run, total, instrs, merges, ends[0])
     # Local copies and reductions: contiguous runs among those of equal depth and kind.
     groups: dict[tuple, list[int]] = {}
     for i, ins in enumerate(instrs):
@@ -123,12 +123,12 @@ def aggregate_contiguous(dag: InstrDAG, contiguous_io: bool = True, either_end: 
 
 def _has_candidates(dag: InstrDAG) -> bool:
     """Whether any two messages or local steps could merge at all (contiguous slots), before depths."""
-    instrs, send_to, after = dag.instrs, dag.send_to, dag.after
+    instrs = dag.instrs
     ends: set[tuple[int, str, int, str, int, str]] = set()
-    for i, ins in enumerate(instrs):
-        if ins.kind == SEND and after[i]:
-            a, b = instrs[after[i][0]], instrs[send_to[i]]
-            ra = instrs[send_to[after[i][0]]]
+    for ins in instrs:
+        if ins.kind == SEND and ins.after:
+            a, b = instrs[ins.after[0]], instrs[ins.send_to]
+            ra = instrs[a.send_to]
             if a.kind == SEND and ins.src_buf == a.src_buf and (
                     ins.src_off == a.src_off + a.cnt and b.dst_off == ra.dst_off + a.cnt
                     or ins.src_off + ins.cnt == a.src_off and b.dst_off + ins.cnt == ra.dst_off):
@@ -144,16 +144,16 @@ def _joins(dag: InstrDAG, depth: Sequence[int], ends: tuple[int, int], a: int, b
     `ends` hold) can be merged into the run's transfer: 1 when b's slots follow the run's at both ends,
     -1 when they precede them at both ends (a run may grow either way: one step's chunks are one
     transfer whatever order the connection queues them in), 0 when not."""
-    instrs, send_to = dag.instrs, dag.send_to
+    instrs = dag.instrs
     sa, sb = instrs[a], instrs[b]
-    ra, rb = instrs[send_to[a]], instrs[send_to[b]]
+    ra, rb = instrs[sa.send_to], instrs[sb.send_to]
     if not (sb.kind == SEND and rb.kind == ra.kind and ra.kind in (RECV, RECV_REDUCE_COPY)
             and sb.src_buf == sa.src_buf and rb.dst_buf == ra.dst_buf
             and (sb.tb_hint, sb.ch_hint, rb.tb_hint, rb.ch_hint) == (sa.tb_hint, sa.ch_hint, ra.tb_hint, ra.ch_hint)
-            and depth[a] == depth[b] and depth[send_to[a]] == depth[send_to[b]]):
+            and depth[a] == depth[b] and depth[sa.send_to] == depth[sb.send_to]):
         return 0
     lo, hi = instrs[ends[0]], instrs[ends[1]]
-    rlo, rhi = instrs[send_to[ends[0]]], instrs[send_to[ends[1]]]
+    rlo, rhi = instrs[lo.send_to], instrs[hi.send_to]
     if sb.src_off == hi.src_off + hi.cnt and rb.dst_off == rhi.dst_off + rhi.cnt:
         return 1
     if sb.src_off + sb.cnt == lo.src_off and rb.dst_off + rb.cnt == rlo.dst_off:
@@ -161,14 +161,14 @@ def _joins(dag: InstrDAG, depth: Sequence[int], ends: tuple[int, int], a: int, b
     return 0
 
 
-def _merge_messages(run: list[int], count: int, instrs: Sequence[Instr], send_to: Sequence[int],
-                    merges: list[tuple[list[int], Instr]], lowest: int) -> None:
-    s, r = instrs[lowest], instrs[send_to[lowest]]
+def _merge_messages(run: list[int], count: int, instrs: Sequence[Instr], merges: list[tuple[list[int], Instr]],
+                    lowest: int) -> None:
+    s, r = instrs[lowest], instrs[instrs[lowest].send_to]
     line = min(instrs[m].line for m in run)
     merges.append((list(run), Instr(SEND, s.rank, s.src_buf, s.src_off, s.src_buf, s.src_off, count, s.send_peer, -1,
                                     s.tb_hint, s.ch_hint, line)))
-    merges.append(([send_to[m] for m in run], Instr(r.kind, r.rank, r.dst_buf, r.dst_off, r.dst_buf, r.dst_off, count,
-                                                    -1, r.recv_peer, r.tb_hint, r.ch_hint, line)))
+    merges.append(([instrs[m].send_to for m in run], Instr(r.kind, r.rank, r.dst_buf, r.dst_off, r.dst_buf, r.dst_off,
+                                                           count, -1, r.recv_peer, r.tb_hint, r.ch_hint, line)))
 
 
 def _merge_local(run: list[int], count: int, instrs: Sequence[Instr], merges: list[tuple[list[int], Instr]]) -> None:
@@ -186,7 +186,7 @@ def fuse_instructions(dag: InstrDAG) -> InstrDAG:
     overwritten). The send must read exactly the slot the receive wrote and nothing else, with the
     same count and the same threadblock/channel hints, and the message queued before it on its
     connection must not come later than the receive (the fused step sends when it receives)."""
-    instrs, preds, after = dag.instrs, dag.preds, dag.after
+    instrs = dag.instrs
     first, targets = dependents(dag)
     depth = forward_depths(dag)
     fused: dict[int, tuple[int, str]] = {}  # receive -> (send, fused kind)
@@ -195,12 +195,12 @@ def fuse_instructions(dag: InstrDAG) -> InstrDAG:
             continue
         for s in targets[first[j]:first[j + 1]]:
             snd = instrs[s]
-            if not (snd.kind == SEND and preds[s] == (j,) and snd.src_buf == rec.dst_buf
+            if not (snd.kind == SEND and snd.preds == (j,) and snd.src_buf == rec.dst_buf
                     and snd.src_off == rec.dst_off and snd.cnt == rec.cnt and snd.tb_hint == rec.tb_hint
                     and snd.ch_hint == rec.ch_hint):
                 continue
             late = False
-            for q in after[s]:
+            for q in snd.after:
                 if depth[q] > depth[j] or (depth[q] == depth[j] and q > j):
                     late = True
             if late:
@@ -222,7 +222,7 @@ def fuse_instructions(dag: InstrDAG) -> InstrDAG:
         line = snd.line if 0 < snd.line < rec.line else rec.line
         merges.append(([j, s], instr_of_fields((fused_kind, rec.rank, rec.dst_buf, rec.dst_off, rec.dst_buf,
                                                 rec.dst_off, rec.cnt, snd.send_peer, rec.recv_peer, rec.tb_hint,
-                                                rec.ch_hint, line))))
+                                                rec.ch_hint, line, (), (), -1, -1))))
     if not merges:
         return dag
     return _contract(dag, merges, depth)
@@ -232,7 +232,7 @@ def _unfuse_conflicts(dag: InstrDAG, fused: dict[int, tuple[int, str]]) -> None:
     """A chain of fused steps runs on one channel, where a rank can pair a receive peer with only one
     send peer. Walk every chain and drop the fusions that would pair a rank's peers a second way in
     the chain (or, for chains with a channel hint, on that channel)."""
-    instrs, send_to = dag.instrs, dag.send_to
+    instrs = dag.instrs
     fused_sends = {s for s, _ in fused.values()}
     hinted_recv: dict[tuple[int, int, int], int] = {}  # (rank, recv peer, channel hint) -> send peer
     hinted_send: dict[tuple[int, int, int], int] = {}
@@ -241,7 +241,7 @@ def _unfuse_conflicts(dag: InstrDAG, fused: dict[int, tuple[int, str]]) -> None:
             continue
         by_recv: dict[tuple[int, int, int], int] = {}
         by_send: dict[tuple[int, int, int], int] = {}
-        j = send_to[head]
+        j = ins.send_to
         while j in fused:
             s, _ = fused[j]
             rank, src, dst, ch = instrs[j].rank, instrs[j].recv_peer, instrs[s].send_peer, instrs[j].ch_hint
@@ -255,4 +255,4 @@ def _unfuse_conflicts(dag: InstrDAG, fused: dict[int, tuple[int, str]]) -> None:
                 if ch >= 0:
                     hinted_recv[(rank, src, ch)] = dst
                     hinted_send[(rank, dst, ch)] = src
-            j = send_to[s]
+            j = instrs[s].send_to

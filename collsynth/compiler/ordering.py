@@ -7,7 +7,7 @@ import heapq
 from collections import deque
 from collections.abc import Sequence
 
-from collsynth.compiler.dag import InstrDAG, Renumbering, depths
+from collsynth.compiler.dag import InstrDAG, Renumbering, depths, edge_columns
 from collsynth.compiler.errors import CompileError
 from collsynth.ir import (
     RECEIVING_TYPES,
@@ -61,12 +61,12 @@ def order_messages(dag: InstrDAG) -> InstrDAG:
 def _same_queues(dag: InstrDAG, order: Sequence[int], send_pair: Sequence[int], num_pairs: int) -> bool:
     """Whether `order` sends on every connection in the order the DAG already queues (then the DAG stands;
     the receives follow the sends either way)."""
-    after = dag.after
+    instrs = dag.instrs
     last = [-1] * num_pairs
     for i in order:
         c = send_pair[i]
         if c >= 0:
-            queued = after[i]
+            queued = instrs[i].after
             if len(queued) == 1 and send_pair[queued[0]] == c:  # the usual case: a plain send
                 previous = queued[0]
             else:
@@ -82,8 +82,8 @@ def _fifo_list_schedule(dag: InstrDAG, depth: Sequence[int], rdepth: Sequence[in
                         pinned: set[int]) -> tuple[list[int] | None, set[int]]:
     """All instrs in priority order, receives taken per connection in the order of the sends; on the
     pinned connections the trace's (program) order is kept. (None, blocked connections) when stuck."""
-    preds, after, send_to = dag.preds, dag.after, dag.send_to
     n = len(dag.instrs)
+    preds, after, send_to = edge_columns(dag)
     succs: list[list[int]] = [[] for _ in range(n)]
     pending = [len(ps) for ps in preds]
     for i in range(n):

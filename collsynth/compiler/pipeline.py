@@ -30,10 +30,12 @@ _OPTION_NAMES = frozenset(f.name for f in fields(ProgramOptions))
 
 # after_each(pass_name, form): called with every intermediate form (print it, or check it), in pass order
 AfterEach = Callable[[str, Any], None]
+# Forms shared by configurations of one program (see _shared_forms), kept by the caller across compiles
+FormCache = dict[tuple[Any, ...], list[tuple[str, Any]]]
 
 
 def compile_program(program: Program, target: Target | str | None = None, *, after_each: AfterEach | None = None,
-                    **options: Any) -> Algo:
+                    reuse: FormCache | None = None, **options: Any) -> Algo:
     """Program -> MSCCL-IR. Keyword options override the program's own: any ProgramOptions field
     (instr_fusion, threadblock_policy, interleaved_replication, aggregate, check, dependence_nop) and
     `instances` / `protocol`; and `pair_threadblocks` (default True: a plain send shares the threadblock that
@@ -42,7 +44,9 @@ def compile_program(program: Program, target: Target | str | None = None, *, aft
     rank's sends through one port or link go in program order, for timed schedules; see ports.py).
     With a `target` (collsynth.core.targets), the work is split to fit that runtime's limits
     (compiler/split.py) or refused naming the limit and the runtime. `after_each(name, form)` sees every
-    intermediate form (e.g. `lambda name, form: print(name, form, sep="\n")`).
+    intermediate form (e.g. `lambda name, form: print(name, form, sep="\n")`). `reuse`: a dict the caller keeps
+    across compiles of one program in several configurations (the tuner): the forms up to the schedule that
+    two configurations share are made once (the same IR either way; after_each still sees every form).
     The IR never needs more buffering than the runtime has: the schedule keeps at most the target's
     `fifo_slots` messages in flight per connection, and an IR that would still deadlock with that many
     slots (collsynth.ir.deadlock) is compiled again with one threadblock per connection side (unless
@@ -54,7 +58,8 @@ def compile_program(program: Program, target: Target | str | None = None, *, aft
     slots = get_target(target).fifo_slots
 
     def build(pair: bool) -> Algo:
-        compile_once = partial(_compile_once, pair_sends=pair, timed=timed, slots=slots, after_each=after_each)
+        compile_once = partial(_compile_once, pair_sends=pair, timed=timed, slots=slots, after_each=after_each,
+                               reuse=reuse)
         if target is None:
             return compile_once(program, 1, False)
         # with a target, its own limits decide (split_to_target spreads long threadblocks), not MSCCL's default
@@ -77,7 +82,7 @@ def compile_program(program: Program, target: Target | str | None = None, *, aft
 
 def _compile_once(program: Program, spread: int, pair: bool, *, pair_sends: bool = True, timed: bool = False,
                   slots: int | None = FIFO_SLOTS, after_each: AfterEach | None = None,
-                  max_steps: int | None = MAX_STEPS_PER_TB) -> Algo:
+                  max_steps: int | None = MAX_STEPS_PER_TB, reuse: FormCache | None = None) -> Algo:
     """The passes, in order; `spread` > 1 spreads each channel's transfer chains over that many channels,
     `pair` merges send-only and receive-only threadblocks (compiler/split.py); `max_steps` per threadblock is
     checked here (None: the target's check in split.py decides)."""
@@ -88,19 +93,8 @@ def _compile_once(program: Program, spread: int, pair: bool, *, pair_sends: bool
             after_each(name, form)
         return form
 
-    dag = seen("trace_to_dag", trace_to_dag(program))
-    if timed:
-        dag = seen("order_port_sends", order_port_sends(dag, program.topology))
-    if not opts.program_message_order:  # timed schedules keep each connection's messages in program order
-        dag = seen("order_messages", order_messages(dag))
-    if opts.aggregate:
-        contiguous_io = program.instances == 1 or not opts.interleaved_replication
-        dag = seen("aggregate_contiguous", aggregate_contiguous(dag, contiguous_io=contiguous_io,
-                                                                    either_end=opts.aggregate_either_end))
-    if opts.instr_fusion:
-        dag = seen("fuse_instructions", fuse_instructions(dag))
-    channelled = seen("assign_channels", spread_channels(assign_channels(dag), spread))
-    scheduled = seen("schedule", schedule(channelled, slots))
+    shared = _shared_forms(program, spread, timed, slots, reuse, seen)
+    dag, scheduled = shared[0][1], shared[-1][1]
     placed = seen("assign_threadblocks", assign_threadblocks(scheduled, opts.threadblock_policy, pair=pair_sends))
     if pair:
         placed = seen("pair_threadblocks", pair_threadblocks(scheduled, placed))
@@ -110,6 +104,77 @@ def _compile_once(program: Program, spread: int, pair: bool, *, pair_sends: bool
                                         source=dag.source, max_steps=max_steps))
 
 
+def _shared_forms(program: Program, spread: int, timed: bool, slots: int | None, reuse: FormCache | None,
+                  seen: AfterEach) -> list[tuple[str, Any]]:
+    """The forms from trace_to_dag to schedule, in pass order (the last one is the Schedule): made, or taken
+    from `reuse`; `seen` gets each as it is made or taken. Each pass is a pure function of the program and the
+    options named in its key, so a form made for one configuration is exactly the form another with the same key
+    would make: the forms up to aggregate_contiguous do not depend on instr_fusion, and none up to schedule on
+    the threadblock options."""
+    opts = program.options
+    front_key: tuple[Any, ...] = ()
+    key: tuple[Any, ...] = ()
+    front = None
+    if reuse is not None:
+        front_key = ("front", *_program_key(program), replace(opts, instr_fusion=False), timed)
+        key = ("schedule", front_key, opts.instr_fusion, spread, slots)
+        if key in reuse:
+            for name, form in reuse[key]:
+                seen(name, form)
+            return reuse[key]
+        front = reuse.get(front_key)
+    forms: list[tuple[str, Any]] = []
+
+    def made(name: str, form: Any) -> Any:
+        seen(name, form)
+        forms.append((name, form))
+        return form
+
+    if front is None:
+        dag = made("trace_to_dag", trace_to_dag(program))
+        if timed:
+            dag = made("order_port_sends", order_port_sends(dag, program.topology))
+        if not opts.program_message_order:  # timed schedules keep each connection's messages in program order
+            dag = made("order_messages", order_messages(dag))
+        if opts.aggregate:
+            contiguous_io = program.instances == 1 or not opts.interleaved_replication
+            dag = made("aggregate_contiguous", aggregate_contiguous(dag, contiguous_io=contiguous_io,
+                                                                    either_end=opts.aggregate_either_end))
+        if reuse is not None:
+            reuse[front_key] = list(forms)
+    else:
+        for name, form in front:
+            made(name, form)
+        dag = front[-1][1]
+    if opts.instr_fusion:
+        dag = made("fuse_instructions", fuse_instructions(dag))
+    channelled = made("assign_channels", spread_channels(assign_channels(dag), spread))
+    made("schedule", schedule(channelled, slots))
+    if reuse is not None:
+        reuse[key] = forms
+    return forms
+
+
+class _Same:
+    """Equal only to a _Same of the very same object (and it keeps that object alive, so its id stays its own)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: object) -> None:
+        self.obj = obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.obj is self.obj
+
+
+def _program_key(program: Program) -> tuple[Any, ...]:
+    """The program less its options, for `reuse`: its large parts by identity (hashing the ops, the topology and
+    the collective by value would cost more than a cache hit saves; the tuner passes the same objects again)."""
+    return (program.name, program.protocol, program.instances, _Same(program.topology), _Same(program.collective),
+            _Same(program.buffers), _Same(program.ops))
 
 
 def with_options(program: Program, **options: Any) -> Program:

@@ -22,44 +22,54 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from functools import partial
 from itertools import chain
 from operator import attrgetter
+from typing import NamedTuple
 
 import numpy as np
 
-from collsynth.compiler.dag import FUSED_TYPES, InstrDAG, transfer_chain
+from collsynth.compiler.dag import FUSED_TYPES, InstrDAG, depths, instr_of_fields, transfer_chain
 from collsynth.compiler.errors import CompileError
 from collsynth.ir import COPY, MAX_CHANNELS, RECEIVING_TYPES, REDUCE, SEND, SENDING_TYPES
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ChannelledDAG:
+    """The DAG once every instr has its channel (`Instr.channel`; a local copy/reduction without a hint: -1,
+    any)."""
+
     dag: InstrDAG
-    channels: tuple[int, ...]  # per instr; local copies/reductions without a hint: -1 (any)
 
     def __str__(self) -> str:
-        lines = [f"channels assigned: {len(set(c for c in self.channels if c >= 0))} in use"]
-        lines += [f"  {i}: ch{c:<2} {ins}" for i, (ins, c) in enumerate(zip(self.dag.instrs, self.channels,
-                                                                            strict=True))]
+        instrs = self.dag.instrs
+        lines = [f"channels assigned: {len(set(ins.channel for ins in instrs if ins.channel >= 0))} in use"]
+        lines += [f"  {i}: ch{ins.channel:<2} {ins}" for i, ins in enumerate(instrs)]
         return "\n".join(lines)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Schedule:
-    dag: InstrDAG
-    channels: tuple[int, ...]
+    dag: InstrDAG  # its instrs carry their channels
     order: tuple[int, ...]  # all instrs, in execution priority order (a topological order)
-    depth: tuple[int, ...]
-    rdepth: tuple[int, ...]
 
     def __str__(self) -> str:
+        depth, rdepth = depths(self.dag)  # the priorities the schedule went by
+        instrs = self.dag.instrs
         lines = [f"schedule of {len(self.order)} instrs (depth, reverse depth)"]
-        lines += [f"  {k}: #{i} ({self.depth[i]},{self.rdepth[i]}) ch{self.channels[i]} {self.dag.instrs[i]}"
+        lines += [f"  {k}: #{i} ({depth[i]},{rdepth[i]}) ch{instrs[i].channel} {instrs[i]}"
                   for k, i in enumerate(self.order)]
         return "\n".join(lines)
 
 
-@dataclass(frozen=True)
+class StepRef(NamedTuple):
+    """A step of a rank: its threadblock and its index there (where an instr runs; what a step waits for)."""
+
+    tb: int
+    step: int
+
+
+@dataclass(frozen=True, slots=True)
 class TbPlan:
     send: int
     recv: int
@@ -67,19 +77,16 @@ class TbPlan:
     instrs: tuple[int, ...]  # in step order
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Placement:
-    """The threadblocks of every rank; `tb_of` and `step_of` are derived from `tbs` (made by `of`), never set
-    by hand."""
+    """The threadblocks of every rank; `at` is derived from `tbs` (made by `of`), never set by hand."""
 
     dag: InstrDAG
-    channels: tuple[int, ...]
     tbs: tuple[tuple[TbPlan, ...], ...]  # per rank
-    tb_of: tuple[int, ...]  # per instr: its threadblock on its rank
-    step_of: tuple[int, ...]  # per instr: its step in that threadblock
+    at: tuple[StepRef, ...]  # per instr: where it runs on its rank
 
     @classmethod
-    def of(cls, dag: InstrDAG, channels: tuple[int, ...], tbs: tuple[tuple[TbPlan, ...], ...]) -> Placement:
+    def of(cls, dag: InstrDAG, tbs: tuple[tuple[TbPlan, ...], ...]) -> Placement:
         """The placement of `tbs`, which hold every instr of the DAG exactly once."""
         n = len(dag.instrs)
         plans = [tb for rank_tbs in tbs for tb in rank_tbs]
@@ -93,7 +100,7 @@ class Placement:
         tb_of, step_of = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
         tb_of[placed] = np.repeat(local, lengths)
         step_of[placed] = np.arange(n) - np.repeat(starts, lengths)
-        return cls(dag, channels, tbs, tuple(tb_of.tolist()), tuple(step_of.tolist()))
+        return cls(dag, tbs, tuple(map(_step_ref, zip(tb_of.tolist(), step_of.tolist(), strict=True))))
 
     def __str__(self) -> str:
         lines = ["threadblocks"]
@@ -104,12 +111,15 @@ class Placement:
         return "\n".join(lines)
 
 
+_step_ref = partial(tuple.__new__, StepRef)  # a StepRef from a (tb, step) pair, without NamedTuple.__new__
+
+
 # --- assign_channels -----------------------------------------------------------------------------
 
 def assign_channels(dag: InstrDAG) -> ChannelledDAG:
     """A channel per instr: hints where given, else the smallest channel on which every fused step of
     the chunk's chain pairs its receive peer with its send peer consistently (default 0)."""
-    instrs, send_to = dag.instrs, dag.send_to
+    instrs = dag.instrs
     channel = [-1] * len(instrs)
     pair_recv: dict[tuple[int, int, int], int] = {}  # (rank, recv peer, ch) -> send peer of its threadblock
     pair_send: dict[tuple[int, int, int], int] = {}  # (rank, send peer, ch) -> recv peer
@@ -117,7 +127,7 @@ def assign_channels(dag: InstrDAG) -> ChannelledDAG:
     for head, ins in enumerate(instrs):
         if ins.kind != SEND:
             continue
-        j = send_to[head]
+        j = ins.send_to
         if instrs[j].kind not in FUSED_TYPES:  # a send and its receive: no peers to pair, the hint or channel 0
             a, b = ins.ch_hint, instrs[j].ch_hint
             if a >= 0 and b >= 0 and a != b:
@@ -125,7 +135,7 @@ def assign_channels(dag: InstrDAG) -> ChannelledDAG:
                                    f"{sorted((a, b))}; give them one channel")
             channel[head] = channel[j] = max(a, b, 0)
             continue
-        chain = transfer_chain(instrs, send_to, head)
+        chain = transfer_chain(instrs, head)
         hints = {instrs[m].ch_hint for m in chain} - {-1}
         if len(hints) > 1:
             raise CompileError(f"{dag.where(chain[-1])}one chunk's fused transfers carry different channel hints "
@@ -156,7 +166,13 @@ def assign_channels(dag: InstrDAG) -> ChannelledDAG:
             if ins.kind in SENDING_TYPES or ins.kind in RECEIVING_TYPES:
                 raise CompileError(f"internal error: transfer {ins} got no channel")
             channel[i] = ins.ch_hint  # local copy/reduce: any channel unless hinted
-    return ChannelledDAG(dag, tuple(channel))
+    return with_channels(dag, channel)
+
+
+def with_channels(dag: InstrDAG, channels: list[int]) -> ChannelledDAG:
+    """The DAG with instr i on `channels[i]` (`Instr.channel` is its last field)."""
+    made = [instr_of_fields((*ins[:-1], c)) for ins, c in zip(dag.instrs, channels, strict=True)]
+    return ChannelledDAG(InstrDAG(dag.num_ranks, tuple(made), dag.source))
 
 
 def _pairing_ok(instrs, fused, ch, pair_recv, pair_send) -> bool:  # type: ignore[no-untyped-def]
@@ -218,7 +234,7 @@ class _RankTbs:
 def assign_threadblocks(sched: Schedule, policy: str = "auto", *, pair: bool = True) -> Placement:
     """Threadblock per instr (see the module docstring); steps of a threadblock follow `sched.order`.
     `pair=False`: plain sends and receives never share a threadblock with another connection's side."""
-    dag, channels = sched.dag, sched.channels
+    dag = sched.dag
     instrs = dag.instrs
     n = len(instrs)
     ranks = [_RankTbs() for _ in range(dag.num_ranks)]
@@ -230,20 +246,20 @@ def assign_threadblocks(sched: Schedule, policy: str = "auto", *, pair: bool = T
         for i in sched.order:
             ins = instrs[i]
             if ins.tb_hint >= 0:
-                tb_of[i] = _place_user(dag, ranks[ins.rank], i, channels[i])
+                tb_of[i] = _place_user(dag, ranks[ins.rank], i, ins.channel)
     rest = [i for i in sched.order if tb_of[i] < 0] if manual else sched.order  # in schedule order
     # 2. fused pairs: one threadblock per (recv peer, send peer, channel), made before anything else
     #    can take one of its two sides.
     for i in rest:
         ins = instrs[i]
         if tb_of[i] < 0 and ins.kind in FUSED_TYPES:
-            tb_of[i] = _place_pair(dag, ranks[ins.rank], i, channels[i])
+            tb_of[i] = _place_pair(dag, ranks[ins.rank], i, ins.channel)
     # 3. plain sends and receives: the connection's threadblock, else pair with a related one.
     for i in rest:
         ins = instrs[i]
         if tb_of[i] >= 0 or ins.kind in (COPY, REDUCE):
             continue
-        rt, ch = ranks[ins.rank], channels[i]
+        rt, ch = ranks[ins.rank], ins.channel
         if ins.kind == SEND:
             t = rt.by_send.get((ins.send_peer, ch))
             if t is None:
@@ -267,14 +283,14 @@ def assign_threadblocks(sched: Schedule, policy: str = "auto", *, pair: bool = T
         ins = instrs[i]
         if tb_of[i] >= 0:
             continue
-        rt = ranks[ins.rank]
+        rt, ch = ranks[ins.rank], ins.channel
         if not rt.tbs:
-            rt.new(-1, -1, max(channels[i], 0))
+            rt.new(-1, -1, max(ch, 0))
         t = rt.least_loaded()
-        if channels[i] >= 0 and rt.tbs[t].chan != channels[i]:
-            t = next((k for k, tb in enumerate(rt.tbs) if tb.chan == channels[i]), -1)
+        if ch >= 0 and rt.tbs[t].chan != ch:
+            t = next((k for k, tb in enumerate(rt.tbs) if tb.chan == ch), -1)
             if t < 0:
-                t = rt.new(-1, -1, channels[i])
+                t = rt.new(-1, -1, ch)
         tb_of[i] = t
         rt.tbs[t].instrs.append(i)
     return _in_step_order(sched, ranks, tb_of)
@@ -296,7 +312,7 @@ def _in_step_order(sched: Schedule, ranks: list[_RankTbs], tb_of: list[int]) -> 
     steps, bounds = by_tb.tolist(), starts.tolist()
     plans = tuple(tuple(TbPlan(t.send, t.recv, t.chan, tuple(steps[bounds[g]:bounds[g + 1]]))
                         for g, t in enumerate(rt.tbs, start=int(first_tb[r]))) for r, rt in enumerate(ranks))
-    return Placement.of(dag, sched.channels, plans)
+    return Placement.of(dag, plans)
 
 
 def _place_user(dag: InstrDAG, rt: _RankTbs, i: int, ch: int) -> int:
@@ -379,7 +395,7 @@ def _place_pair(dag: InstrDAG, rt: _RankTbs, i: int, ch: int) -> int:
 def _partner_for_send(dag: InstrDAG, rt: _RankTbs, i: int, ch: int, tb_of: list[int]) -> int | None:
     """A threadblock with a free send side for a plain send: the one that received its data, else the one
     receiving from the same peer."""
-    for p in dag.preds[i]:
+    for p in dag.instrs[i].preds:
         t = tb_of[p]
         if t >= 0 and dag.instrs[p].kind in RECEIVING_TYPES and rt.tbs[t].send < 0 and rt.tbs[t].chan == ch:
             return t

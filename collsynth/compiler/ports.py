@@ -22,7 +22,7 @@ def order_port_sends(dag: InstrDAG, topology: Topology) -> InstrDAG:
         for link in switch.links:
             ports.setdefault(link, []).append(("switch", k))
     last: dict[tuple[int, str, int], int] = {}
-    preds = list(dag.preds)
+    instrs = list(dag.instrs)
     changed = False
     for i, ins in enumerate(dag.instrs):
         if ins.kind not in SENDING_TYPES:
@@ -30,11 +30,11 @@ def order_port_sends(dag: InstrDAG, topology: Topology) -> InstrDAG:
         link = (ins.rank, ins.send_peer)
         keys = [(ins.rank, kind, k) for kind, k in ports.get(link, [])] + [(ins.rank, "link", ins.send_peer)]
         before = {last[key] for key in keys if key in last}
-        if before - set(preds[i]):
-            preds[i] = tuple(sorted(set(preds[i]) | before))
+        if before - set(ins.preds):
+            instrs[i] = ins._replace(preds=tuple(sorted(set(ins.preds) | before)))
             changed = True
         for key in keys:
             last[key] = i
     if not changed:
         return dag
-    return InstrDAG(dag.num_ranks, dag.instrs, tuple(preds), dag.after, dag.send_to, dag.source)
+    return InstrDAG(dag.num_ranks, tuple(instrs), dag.source)

@@ -4,12 +4,13 @@ compiler/placement.py for how the order is used)."""
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from itertools import chain
 from operator import attrgetter
 
 import numpy as np
 
-from collsynth.compiler.dag import depths
+from collsynth.compiler.dag import depths, edge_columns
 from collsynth.compiler.errors import CompileError
 from collsynth.compiler.placement import ChannelledDAG, Schedule
 from collsynth.core.limits import FIFO_SLOTS
@@ -27,9 +28,10 @@ def schedule(cdag: ChannelledDAG, slots: int | None = FIFO_SLOTS) -> Schedule:
     it or raises it, never raises the reverse depth, and points to a later instr), so the best instr left is
     almost always ready when a scan of the priority order reaches it (see `_list_schedule`)."""
     dag = cdag.dag
-    preds, after, send_to = dag.preds, dag.after, dag.send_to
+    edges = edge_columns(dag)
+    preds, after, send_to = edges
     n = len(dag.instrs)
-    depth, rdepth = depths(dag)
+    depth, rdepth = depths(dag, edges=edges)
     first, succ = _successors(preds, after, send_to)
     # The priority (depth, -rdepth, i) as one integer per instr: its rank in that order (keys are unique).
     by_rank = np.lexsort((np.arange(n), -np.asarray(rdepth, dtype=np.int64), np.asarray(depth, dtype=np.int64)))
@@ -42,7 +44,7 @@ def schedule(cdag: ChannelledDAG, slots: int | None = FIFO_SLOTS) -> Schedule:
     if len(order) < n:
         stuck = next(i for i in range(n) if pending[i] > 0)
         raise CompileError(f"{dag.where(stuck)}internal error: the instruction DAG has a cycle at {dag.instrs[stuck]}")
-    return Schedule(dag, cdag.channels, tuple(order), tuple(depth), tuple(rdepth))
+    return Schedule(dag, tuple(order))
 
 
 def _list_schedule(by_rank: list[int], rank: list[int], pending: list[int], starts: list[int], targets: list[int],
@@ -99,8 +101,8 @@ def _list_schedule(by_rank: list[int], rank: list[int], pending: list[int], star
                 push(behind, rank[s])
 
 
-def _successors(preds: tuple[tuple[int, ...], ...], after: tuple[tuple[int, ...], ...],
-                 send_to: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+def _successors(preds: list[tuple[int, ...]], after: Sequence[tuple[int, ...]],
+                send_to: list[int]) -> tuple[np.ndarray, np.ndarray]:
     """The DAG's edges (dependencies, queue order, send -> receive) as successor lists in CSR form: the
     successors of instr i are succ[first[i]:first[i + 1]]."""
     n = len(send_to)
@@ -131,7 +133,7 @@ def _connection_ids(cdag: ChannelledDAG) -> tuple[list[int], list[int], int]:
         return np.fromiter(map(attrgetter(name), instrs), dtype=np.int64, count=n) + 1  # -1 (none) becomes 0
 
     rank, send_peer, recv_peer = column("rank"), column("send_peer"), column("recv_peer")
-    channel = np.asarray(cdag.channels, dtype=np.int64) + 1
+    channel = column("channel")
     ranks, channels = cdag.dag.num_ranks + 1, int(channel.max(initial=0)) + 1
     sending, receiving = np.flatnonzero(code & 2), np.flatnonzero(code & 1)
     keys = np.concatenate([(rank[sending] * ranks + send_peer[sending]) * channels + channel[sending],

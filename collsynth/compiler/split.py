@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from collsynth.compiler.dag import transfer_chain
+from collsynth.compiler.dag import column, transfer_chain
 from collsynth.compiler.errors import CompileError
-from collsynth.compiler.placement import ChannelledDAG, Placement, Schedule, TbPlan
+from collsynth.compiler.placement import ChannelledDAG, Placement, Schedule, TbPlan, with_channels
 from collsynth.core.limits import MAX_CHANNELS, MAX_COUNT, MAX_TBS_PER_CHANNEL
 from collsynth.core.steps import RECEIVING_TYPES, SENDING_TYPES
 from collsynth.core.targets import Target, get_target
@@ -122,29 +122,29 @@ def _dependency_chain_break(steps: tuple[Step, ...], max_fusion: int) -> int | N
 
 def chains(cdag: ChannelledDAG) -> list[list[int]]:
     """Every chain of transfers: a send, the fused steps its chunk flows through, the final receive."""
-    instrs, send_to = cdag.dag.instrs, cdag.dag.send_to
-    return [transfer_chain(instrs, send_to, head) for head, ins in enumerate(instrs) if ins.kind == SEND]
+    instrs = cdag.dag.instrs
+    return [transfer_chain(instrs, head) for head, ins in enumerate(instrs) if ins.kind == SEND]
 
 
 def spread_channels(cdag: ChannelledDAG, k: int) -> ChannelledDAG:
     """Move the chains of each channel c round robin over channels c, c+C, ..., c+(k-1)C (C channels in use)."""
     if k <= 1:
         return cdag
-    used = max((c for c in cdag.channels if c >= 0), default=0) + 1
-    channel = list(cdag.channels)
+    used = channels_in_use(cdag)
+    channel = column(cdag.dag.instrs, "channel")
     turn: dict[int, int] = {}
     for chain in chains(cdag):
-        c = cdag.channels[chain[0]]
+        c = cdag.dag.instrs[chain[0]].channel
         g = turn.get(c, 0)
         turn[c] = g + 1
         for m in chain:
             channel[m] = c + used * (g % k)
     # a local copy/reduce pinned to a channel stays where it was; unpinned ones (-1) go anywhere
-    return replace(cdag, channels=tuple(channel))
+    return with_channels(cdag.dag, channel)
 
 
 def channels_in_use(cdag: ChannelledDAG) -> int:
-    return max((c for c in cdag.channels if c >= 0), default=0) + 1
+    return max((ins.channel for ins in cdag.dag.instrs if ins.channel >= 0), default=0) + 1
 
 
 CompileOnce = Callable[[Program, int, bool], Algo]
@@ -283,7 +283,7 @@ def pair_threadblocks(sched: Schedule, placed: Placement) -> Placement:
             merged = [replace(tb, instrs=tuple(sorted(h, key=position.__getitem__))) for tb, h in zip(merged, hosts,
                                                                                                   strict=True)]
         tbs.append(tuple(merged))
-    return Placement.of(placed.dag, placed.channels, tuple(tbs))
+    return Placement.of(placed.dag, tuple(tbs))
 
 
 def fold_instances(program: Program) -> Program:

@@ -155,7 +155,9 @@ def _check_threadblock(ir: Algo, gpu: Gpu, tb: Threadblock, sizes: dict[str, int
                       "threadblock; spread the work over more threadblocks or channels")
     pending_nop = -1  # the first step of a run of nops still waiting for the step the loader attaches them to
     for index, step in enumerate(tb.steps):
-        _check_step(gpu, tb, index, step, sizes, waited)
+        problem = _check_step(gpu, tb, index, step, sizes, waited)
+        if problem is not None:
+            raise IRError(f"gpu {gpu.id} tb {tb.id} step {index}: {problem}")
         if step.type == NOP:
             pending_nop = index if pending_nop < 0 else pending_nop
         else:
@@ -170,47 +172,48 @@ def _check_threadblock(ir: Algo, gpu: Gpu, tb: Threadblock, sizes: dict[str, int
 
 
 def _check_step(gpu: Gpu, tb: Threadblock, index: int, step: Step, sizes: dict[str, int],
-                waited: set[tuple[int, int]]) -> None:
-    where = f"gpu {gpu.id} tb {tb.id} step {index}"
+                waited: set[tuple[int, int]]) -> str | None:
+    """What is wrong with the step, else None (the caller names the step: this runs for every step of the IR,
+    so its place is formatted only on an error)."""
     if step.s != index:
-        raise IRError(f"{where}: step numbers must be contiguous from 0; found s={step.s}")
+        return f"step numbers must be contiguous from 0; found s={step.s}"
     if step.type not in STEP_TYPES:
-        raise IRError(f"{where}: unknown step type {step.type!r}; MSCCL knows {', '.join(STEP_TYPES)}")
+        return f"unknown step type {step.type!r}; MSCCL knows {', '.join(STEP_TYPES)}"
     for label, buf in (("srcbuf", step.srcbuf), ("dstbuf", step.dstbuf)):
         if buf not in BUFFERS:
-            raise IRError(f"{where}: {label}={buf!r} is not a buffer; use i (input), o (output) or s (scratch)")
+            return f"{label}={buf!r} is not a buffer; use i (input), o (output) or s (scratch)"
     if step.type == NOP:
         if not 0 <= step.cnt <= MAX_COUNT:
-            raise IRError(f"{where}: nop cnt={step.cnt} is outside 0..{MAX_COUNT}")
+            return f"nop cnt={step.cnt} is outside 0..{MAX_COUNT}"
         if step.depid < 0:
-            raise IRError(f"{where}: nop without a dependency; a nop only exists to carry one (remove it)")
+            return "nop without a dependency; a nop only exists to carry one (remove it)"
     elif not 1 <= step.cnt <= MAX_COUNT:
-        raise IRError(f"{where}: cnt={step.cnt} is outside 1..{MAX_COUNT} (MSCCL_MAX_COUNT); split the transfer "
-                      f"into steps of at most {MAX_COUNT} chunks")
+        return (f"cnt={step.cnt} is outside 1..{MAX_COUNT} (MSCCL_MAX_COUNT); split the transfer "
+                f"into steps of at most {MAX_COUNT} chunks")
     if step.type in SENDING_TYPES and tb.send < 0:
-        raise IRError(f"{where}: {step.type} sends but the threadblock has send=-1; give the tb a send peer")
+        return f"{step.type} sends but the threadblock has send=-1; give the tb a send peer"
     if step.type in RECEIVING_TYPES and tb.recv < 0:
-        raise IRError(f"{where}: {step.type} receives but the threadblock has recv=-1; give the tb a recv peer")
-    if step.type in LOCAL_SRC_TYPES:
-        _check_range(where, "src", step.srcbuf, step.srcoff, step.cnt, sizes)
-    if step.type in LOCAL_DST_TYPES:
-        _check_range(where, "dst", step.dstbuf, step.dstoff, step.cnt, sizes)
+        return f"{step.type} receives but the threadblock has recv=-1; give the tb a recv peer"
+    if step.type in LOCAL_SRC_TYPES and not 0 <= step.srcoff <= sizes[step.srcbuf] - step.cnt:
+        return _outside("src", step.srcbuf, step.srcoff, step.cnt, sizes)
+    if step.type in LOCAL_DST_TYPES and not 0 <= step.dstoff <= sizes[step.dstbuf] - step.cnt:
+        return _outside("dst", step.dstbuf, step.dstoff, step.cnt, sizes)
     if step.depid < 0:
         if step.depid != -1 or step.deps != -1:
-            raise IRError(f"{where}: depid={step.depid} deps={step.deps}; write -1/-1 for no dependency")
+            return f"depid={step.depid} deps={step.deps}; write -1/-1 for no dependency"
     else:
         if step.depid == tb.id:
-            raise IRError(f"{where}: depends on its own threadblock; program order already orders it (drop the dep)")
+            return "depends on its own threadblock; program order already orders it (drop the dep)"
         if step.depid >= len(gpu.tbs):
-            raise IRError(f"{where}: depends on tb {step.depid}, which gpu {gpu.id} does not have "
-                          f"({len(gpu.tbs)} threadblocks)")
+            return (f"depends on tb {step.depid}, which gpu {gpu.id} does not have "
+                    f"({len(gpu.tbs)} threadblocks)")
         if not 0 <= step.deps < len(gpu.tbs[step.depid].steps):
-            raise IRError(f"{where}: depends on tb {step.depid} step {step.deps}, which does not exist "
-                          f"(tb {step.depid} has {len(gpu.tbs[step.depid].steps)} steps)")
+            return (f"depends on tb {step.depid} step {step.deps}, which does not exist "
+                    f"(tb {step.depid} has {len(gpu.tbs[step.depid].steps)} steps)")
         waited.add((step.depid, step.deps))
+    return None
 
 
-def _check_range(where: str, label: str, buf: str, offset: int, count: int, sizes: dict[str, int]) -> None:
-    if offset < 0 or offset + count > sizes[buf]:
-        raise IRError(f"{where}: {label} {buf}[{offset}:{offset + count}] runs outside the buffer of {sizes[buf]} "
-                      f"chunks; raise the gpu's {buf}_chunks or fix the offset")
+def _outside(label: str, buf: str, offset: int, count: int, sizes: dict[str, int]) -> str:
+    return (f"{label} {buf}[{offset}:{offset + count}] runs outside the buffer of {sizes[buf]} chunks; raise the "
+            f"gpu's {buf}_chunks or fix the offset")

@@ -4,7 +4,8 @@ then time it with the simulator, or with a GPU backend when one is present (the 
 What is cached, and why each key is complete (nothing else in an evaluator changes: its topology, dtype,
 model and target are fixed, and `subset` shares the caches only with an evaluator that has the same):
 the lowered program per (algorithm, instances, merge), the arguments `lower_to_program` takes; the compiled
-IR per the configuration less its protocol (the compiler does not read it; the protocol is set afterwards);
+IR per the configuration less its protocol (the compiler does not read it; the protocol is set afterwards),
+and the compiler's forms that configurations share (compile_program's `reuse`, keyed by what they depend on);
 the simulator's plan per the configuration (built IR and protocol: what `engine.plan` reads), reused across
 sizes; and a simulated time per (plan, the IR's protocol (its tile size), collective, ranks and chunks per
 loop, size), so that two
@@ -21,7 +22,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from collsynth.compiler import compile_program
+from collsynth.compiler import FormCache, compile_program
 from collsynth.core.errors import CollsynthError
 from collsynth.ir import Algo
 from collsynth.language.lower import lower_to_program
@@ -75,6 +76,7 @@ class Evaluator:
         self.candidates = {c.name: c for c in candidates}
         self._programs: dict[_Lowered, Program] = {}
         self._irs: dict[_Build, Algo | str] = {}
+        self._forms: FormCache = {}  # the compiler's forms that configurations of one program share
         self._plans: dict[Config, Plan | str] = {}
         self._rows: dict[_Simulated, SimRow | str] = {}
         self._rows_at_least: dict[_Simulated, float] = {}  # proved by a simulation stopped early (time_below)
@@ -86,6 +88,7 @@ class Evaluator:
         sub = Evaluator(self.topology, [self.candidates[n] for n in names], backend=self.backend, dtype=self.dtype,
                         model=self.model, target=self.target)
         sub._programs, sub._irs, sub._plans, sub._rows = self._programs, self._irs, self._plans, self._rows
+        sub._forms = self._forms
         sub._rows_at_least, sub._timings, sub._at_least = self._rows_at_least, self._timings, self._at_least
         return sub
 
@@ -117,7 +120,7 @@ class Evaluator:
                     assert candidate.program is not None
                     program = candidate.program
                 options: dict[str, Any] = {"aggregate_either_end": True} if config.timed_merge else {}
-                self._irs[key] = compile_program(program, self.target, instances=config.instances,
+                self._irs[key] = compile_program(program, self.target, reuse=self._forms, instances=config.instances,
                                                  instr_fusion=config.fusion,
                                                  pair_threadblocks=config.pair_threadblocks,
                                                  timed_order=config.timed_order, **options)

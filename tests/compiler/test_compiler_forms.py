@@ -20,22 +20,22 @@ from collsynth.topologies import resolve_topology
 
 def check_dag(dag: InstrDAG) -> None:
     for i, ins in enumerate(dag.instrs):
-        assert all(p < i for p in dag.preds[i]) and all(p < i for p in dag.after[i])
-        j = dag.send_to[i]
+        assert all(p < i for p in ins.preds) and all(p < i for p in ins.after)
+        j = ins.send_to
         assert (j > i and dag.instrs[j].kind in RECEIVING_TYPES) if ins.kind in SENDING_TYPES else j == -1
 
 
 def check_channels(cdag: ChannelledDAG) -> None:
     check_dag(cdag.dag)
-    for ins, channel in zip(cdag.dag.instrs, cdag.channels, strict=True):
-        assert channel >= 0 or ins.kind not in SENDING_TYPES | RECEIVING_TYPES
+    for ins in cdag.dag.instrs:
+        assert ins.channel >= 0 or ins.kind not in SENDING_TYPES | RECEIVING_TYPES
 
 
 def check_schedule(sched: Schedule) -> None:
     assert sorted(sched.order) == list(range(len(sched.dag.instrs)))
     position = {i: k for k, i in enumerate(sched.order)}
-    for i in range(len(sched.dag.instrs)):
-        assert all(position[p] < position[i] for p in (*sched.dag.preds[i], *sched.dag.after[i]))
+    for i, ins in enumerate(sched.dag.instrs):
+        assert all(position[p] < position[i] for p in (*ins.preds, *ins.after))
 
 
 def check_placement(placed: Placement) -> None:
@@ -43,7 +43,7 @@ def check_placement(placed: Placement) -> None:
     for rank, tbs in enumerate(placed.tbs):
         for t, tb in enumerate(tbs):
             for s, i in enumerate(tb.instrs):
-                assert placed.dag.instrs[i].rank == rank and (placed.tb_of[i], placed.step_of[i]) == (t, s)
+                assert placed.dag.instrs[i].rank == rank and placed.at[i] == (t, s)
                 seen.append(i)
     assert sorted(seen) == list(range(len(placed.dag.instrs)))
 
@@ -51,9 +51,12 @@ def check_placement(placed: Placement) -> None:
 def check_dependencies(deps: Dependencies) -> None:
     check_placement(deps.placement)
     tbs = deps.placement.tbs
-    for i, waits in enumerate(deps.deps):
-        rank, mine = deps.placement.dag.instrs[i].rank, deps.placement.tb_of[i]
-        assert all(t != mine and 0 <= s < len(tbs[rank][t].instrs) for t, s in waits)
+    assert [[len(w) for w in rank_waits] for rank_waits in deps.waits] == [[len(tb.instrs) for tb in rank_tbs]
+                                                                         for rank_tbs in tbs]
+    for rank, rank_waits in enumerate(deps.waits):
+        for mine, tb_waits in enumerate(rank_waits):
+            for waits in tb_waits:
+                assert all(t != mine and 0 <= s < len(tbs[rank][t].instrs) for t, s in waits)
 
 
 def check_tbprogram(tbprog: TbProgram) -> None:

@@ -81,7 +81,8 @@ def test_connections_queue_messages_by_priority_and_receivers_follow(fusion):
     sends = [i for i, ins in enumerate(dag.instrs) if ins.kind == "s" and ins.rank == 0 and ins.send_peer == 1]
     assert [dag.instrs[i].src_off for i in sends][:4] == [0, 3, 2, 1]
     for prev, nxt in zip(sends, sends[1:], strict=False):  # queued in that order on both ends
-        assert prev in dag.after[nxt] and dag.send_to[prev] in dag.after[dag.send_to[nxt]]
+        a, b = dag.instrs[prev], dag.instrs[nxt]
+        assert prev in b.after and a.send_to in dag.instrs[b.send_to].after
     ir = compile_program(program)
     assert_runs(ir, program)
     assert first_steps(ir) == ["s"] * 4

@@ -61,10 +61,11 @@ def test_trace_finds_raw_war_waw_and_connection_order():
     b.chunk(0, Buffer.input, 0).copy(1, Buffer.output, 2)  # 8: s@0  9: r@1 overwrites 7's unread write (WAW)
     dag = trace_to_dag(b.build())
     assert [ins.kind for ins in dag.instrs] == ["s", "r"] * 5
-    assert dag.preds[2] == (1,) and dag.preds[5] == (2,) and dag.preds[9] == (7,)
-    assert dag.send_to[::2] == (1, 3, 5, 7, 9)
+    preds, after = [ins.preds for ins in dag.instrs], [ins.after for ins in dag.instrs]
+    assert preds[2] == (1,) and preds[5] == (2,) and preds[9] == (7,)
+    assert [ins.send_to for ins in dag.instrs][::2] == [1, 3, 5, 7, 9]
     # messages between the same two ranks queue in program order, on both ends
-    assert dag.after[6] == (4,) and dag.after[7] == (5,) and dag.after[8] == (0,) and dag.after[9] == (1,)
+    assert after[6] == (4,) and after[7] == (5,) and after[8] == (0,) and after[9] == (1,)
     assert "=> 1" in str(dag) and "queued after 4" in str(dag)
 
 
@@ -125,9 +126,8 @@ def test_fused_chains_pair_peers_consistently_per_channel():
     b.chunk(0, Buffer.input, 0).copy(1, Buffer.output, 0).copy(2, Buffer.output, 0)
     b.chunk(0, Buffer.input, 1).copy(1, Buffer.output, 1).copy(3, Buffer.output, 1)
     dag = fuse_instructions(trace_to_dag(b.build()))
-    channels = assign_channels(dag).channels
-    rcs = [i for i, ins in enumerate(dag.instrs) if ins.kind == "rcs"]
-    assert len(rcs) == 2 and {channels[i] for i in rcs} == {0, 1}
+    rcs = [ins for ins in assign_channels(dag).dag.instrs if ins.kind == "rcs"]
+    assert len(rcs) == 2 and {ins.channel for ins in rcs} == {0, 1}
     ir = compile_program(b.build(), aggregate=False)  # (aggregated, rank 0 sends both chunks in one step)
     tbs = sorted((tb.send, tb.recv, tb.chan) for tb in ir.gpus[1].tbs)
     assert tbs == [(2, 0, 0), (3, 0, 1)]
@@ -154,7 +154,7 @@ def test_dependencies_become_nops_and_hasdep():
     placed = assign_threadblocks(schedule(assign_channels(trace_to_dag(b.build()))), "manual")
     deps = prune_dependencies(insert_dependencies(placed))
     reduce_instr = next(i for i, ins in enumerate(placed.dag.instrs) if ins.kind == "re")
-    assert len(deps.deps[reduce_instr]) == 2
+    assert len(deps.waits_of(reduce_instr)) == 2
     tbprog = insert_nops(replicate_instances(deps, b.build()))
     gpu2 = tbprog.gpus[2]
     (tb,) = [tb for tb in gpu2 if any(s.type == "re" for s in tb.steps)]

@@ -30,7 +30,7 @@ def test_sends_through_one_port_are_chained_in_program_order():
         sends = [i for i, ins in enumerate(dag.instrs) if ins.rank == rank and ins.kind in SENDING_TYPES]
         assert len(sends) == 3
         for before, after in zip(sends, sends[1:], strict=False):
-            assert before in chained.preds[after] and before not in dag.preds[after]
+            assert before in chained.instrs[after].preds and before not in dag.instrs[after].preds
     ir = compile_program(lower_to_program(algorithm), timed_order=True)
     assert execute(ir, "cpu").passed
 

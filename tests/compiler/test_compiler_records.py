@@ -1,4 +1,4 @@
-"""The intermediate forms' bookkeeping: one Renumbering remaps every index column of the DAG, Placement.of
+"""The intermediate forms' bookkeeping: one Renumbering remaps every instr's edges in the DAG, Placement.of
 derives each instr's threadblock and step, compile_program alone pauses the cyclic collector, and the IR's
 steps made without Step's __init__ are the same steps."""
 
@@ -10,7 +10,7 @@ import pytest
 
 from collsynth.collectives import make_collective
 from collsynth.compiler import CompileError, Placement, compile_program, trace_to_dag
-from collsynth.compiler.dag import InstrDAG, Renumbering
+from collsynth.compiler.dag import STEP_FIELDS, InstrDAG, Renumbering
 from collsynth.compiler.lowering import step_of_fields
 from collsynth.compiler.placement import TbPlan
 from collsynth.ir import Step
@@ -27,16 +27,17 @@ def relay_dag() -> InstrDAG:
     return trace_to_dag(b.build())
 
 
-def test_renumbering_moves_every_edge_column_with_the_instrs() -> None:
+def test_renumbering_moves_every_edge_with_the_instrs() -> None:
     dag = relay_dag()
     order = [0, 4, 6, 1, 5, 2, 7, 3]
     moved = dag.renumbered(Renumbering(len(order), order), [dag.instrs[i] for i in order])
     new = {old: k for k, old in enumerate(order)}
     for k, old in enumerate(order):
-        assert moved.instrs[k] == dag.instrs[old]
-        assert moved.preds[k] == tuple(sorted(new[p] for p in dag.preds[old]))
-        assert moved.after[k] == tuple(sorted(new[p] for p in dag.after[old]))
-        assert moved.send_to[k] == (new[dag.send_to[old]] if dag.send_to[old] >= 0 else -1)
+        ins, was = moved.instrs[k], dag.instrs[old]
+        assert ins[:STEP_FIELDS] == was[:STEP_FIELDS] and ins.channel == was.channel
+        assert ins.preds == tuple(sorted(new[p] for p in was.preds))
+        assert ins.after == tuple(sorted(new[p] for p in was.after))
+        assert ins.send_to == (new[was.send_to] if was.send_to >= 0 else -1)
 
 
 def test_renumbering_merges_a_group_into_its_first_member() -> None:
@@ -44,21 +45,22 @@ def test_renumbering_merges_a_group_into_its_first_member() -> None:
     units = [0, 1, 3, 4, 5, 6, 7]
     merged = dag.renumbered(Renumbering(len(dag.instrs), units, {1: (1, 2)}),
                             [dag.instrs[u] for u in units])
-    assert merged.send_to == (1, 2, -1, 4, -1, 6, -1)  # 0 -> the group, the group -> old 3
-    assert merged.preds == ((), (), (), (), (), (), (1,))  # old 2's wait for old 1 is inside the group now
-    assert merged.after == ((), (), (), (0,), (1,), (), ())  # old 5 queued behind old 1: behind the group
+    assert [ins.send_to for ins in merged.instrs] == [1, 2, -1, 4, -1, 6, -1]  # 0 -> the group, the group -> old 3
+    assert [ins.preds for ins in merged.instrs] == [(), (), (), (), (), (), (1,)]  # old 2's wait for old 1: inside
+    assert [ins.after for ins in merged.instrs] == [(), (), (), (0,), (1,), (), ()]  # old 5 behind old 1: the group
 
 
 def test_placement_of_derives_threadblock_and_step_and_refuses_a_lost_instr() -> None:
     dag = relay_dag()
     tbs = ((TbPlan(1, -1, 0, (0, 4)),), (TbPlan(2, 0, 0, (1, 2, 5)), TbPlan(-1, 2, 0, (7,))),
            (TbPlan(1, 1, 0, (3, 6)),))
-    placed = Placement.of(dag, (0,) * 8, tbs)
-    assert placed.tb_of == (0, 0, 0, 0, 0, 0, 0, 1) and placed.step_of == (0, 0, 1, 0, 1, 2, 1, 0)
+    placed = Placement.of(dag, tbs)
+    assert [ref.tb for ref in placed.at] == [0, 0, 0, 0, 0, 0, 0, 1]
+    assert [ref.step for ref in placed.at] == [0, 0, 1, 0, 1, 2, 1, 0]
     with pytest.raises(CompileError, match="exactly once"):
-        Placement.of(dag, (0,) * 8, (tbs[0], (TbPlan(2, 0, 0, (1, 2, 2)), tbs[1][1]), tbs[2]))
+        Placement.of(dag, (tbs[0], (TbPlan(2, 0, 0, (1, 2, 2)), tbs[1][1]), tbs[2]))
     with pytest.raises(CompileError, match="exactly once"):
-        Placement.of(dag, (0,) * 8, (tbs[0], (TbPlan(2, 0, 0, (1, 2, 8)), tbs[1][1]), tbs[2]))
+        Placement.of(dag, (tbs[0], (TbPlan(2, 0, 0, (1, 2, 8)), tbs[1][1]), tbs[2]))
 
 
 def test_the_collector_is_paused_during_the_compile_and_restored_after() -> None:

@@ -38,7 +38,8 @@ def in_flight_peak(sched: Schedule) -> int:
     flight: dict[tuple[int, int, int], int] = {}
     peak = 0
     for i in sched.order:
-        ins, ch = sched.dag.instrs[i], sched.channels[i]
+        ins = sched.dag.instrs[i]
+        ch = ins.channel
         if ins.kind in ("r", "rcs", "rrc", "rrs", "rrcs"):
             flight[(ins.recv_peer, ins.rank, ch)] -= 1
         if ins.kind in ("s", "rcs", "rrs", "rrcs"):

@@ -19,27 +19,27 @@ from collsynth.ir import RECEIVING_TYPES, SENDING_TYPES
 from collsynth.topologies import resolve_topology
 
 
-def reference_order(dag, channels=None, slots=None):
+def reference_order(dag, slots=None):
     """The list scheduler written plainly: an instr is ready when its dependencies, the message queued before
     it and its sender are done; the ready instr with the least (depth, -rdepth, instr) runs next. With `slots`,
     a send whose connection holds that many messages waits (parked) until a receive on it frees one; when only
     parked sends are left, the best of them goes anyway."""
     n = len(dag.instrs)
-    sends = [(ins.rank, ins.send_peer, channels[i]) if slots and ins.kind in SENDING_TYPES else None
-             for i, ins in enumerate(dag.instrs)]
-    recvs = [(ins.recv_peer, ins.rank, channels[i]) if slots and ins.kind in RECEIVING_TYPES else None
-             for i, ins in enumerate(dag.instrs)]
+    sends = [(ins.rank, ins.send_peer, ins.channel) if slots and ins.kind in SENDING_TYPES else None
+             for ins in dag.instrs]
+    recvs = [(ins.recv_peer, ins.rank, ins.channel) if slots and ins.kind in RECEIVING_TYPES else None
+             for ins in dag.instrs]
     in_flight, parked = {}, {}
     depth, rdepth = depths(dag)
     succs = [[] for _ in range(n)]
     pending = [0] * n
-    for i in range(n):
-        for p in (*dag.preds[i], *dag.after[i]):
+    for i, ins in enumerate(dag.instrs):
+        for p in (*ins.preds, *ins.after):
             succs[p].append(i)
             pending[i] += 1
-        if dag.send_to[i] >= 0:
-            succs[i].append(dag.send_to[i])
-            pending[dag.send_to[i]] += 1
+        if ins.send_to >= 0:
+            succs[i].append(ins.send_to)
+            pending[ins.send_to] += 1
     ready = [(depth[i], -rdepth[i], i) for i in range(n) if pending[i] == 0]
     heapq.heapify(ready)
     order = []
@@ -77,12 +77,12 @@ def reference_order(dag, channels=None, slots=None):
 def check(dag, slots=None):
     channelled = assign_channels(dag)
     order = list(schedule(channelled, slots).order)
-    assert order == reference_order(dag, channelled.channels, slots)
+    assert order == reference_order(channelled.dag, slots)
     position = {i: k for k, i in enumerate(order)}
-    for i in range(len(dag.instrs)):
-        assert all(position[p] < position[i] for p in (*dag.preds[i], *dag.after[i]))
-        if dag.send_to[i] >= 0:
-            assert position[i] < position[dag.send_to[i]]
+    for i, ins in enumerate(dag.instrs):
+        assert all(position[p] < position[i] for p in (*ins.preds, *ins.after))
+        if ins.send_to >= 0:
+            assert position[i] < position[ins.send_to]
 
 
 @settings(max_examples=60, deadline=None)
