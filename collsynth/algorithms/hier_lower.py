@@ -64,10 +64,10 @@ def lower_gateway(algorithm: Algorithm, *, transpose: str = "receiver", protocol
     exchange one bulk per node pair, and each GPU of the receiving node gets one contiguous block per remote
     node (destination-major). Source-major to destination-major is a transpose of the node pair's G x G
     blocks, done by local copies on the gateway that receives the bulk (`transpose="receiver"`) or on the one
-    that sends it ("sender"): local copies occupy only their threadblock, where the same reordering through
-    NVLink (one message per block, `lower_composition`) queues G times as many messages on every GPU's port."""
+    that sends it ("sender"); the gateways are the composition's (its bulk step). Local copies occupy only
+    their threadblock, where the same reordering through NVLink (one message per block, `lower_composition`)
+    queues G times as many messages on every GPU's port."""
     from collsynth.algorithms._common import INPUT, OUTPUT, new_builder, pieces, require_contiguous_nodes
-    from collsynth.synth.cluster.hier_gateway import gateway
     from collsynth.synth.cluster.hierarchical import groups_of
 
     if transpose not in GATEWAY_TRANSPOSES:
@@ -78,11 +78,13 @@ def lower_gateway(algorithm: Algorithm, *, transpose: str = "receiver", protocol
     groups = groups_of(topology)
     require_contiguous_nodes(algorithm.name, groups)
     c, size = coll.chunks, len(groups[0])
+    node_of = {rank: m for m, node in enumerate(groups) for rank in node}
+    bulks = {(node_of[s.src], node_of[s.dst]): (s.src, s.dst) for s in algorithm.steps[1].sends}
     b = new_builder(algorithm.name, topology, coll, instances=1, protocol=protocol)
     for m, node in enumerate(groups):
         for hop in range(1, len(groups)):
             r = (m + hop) % len(groups)
-            out, into, far = gateway(groups, m, r), gateway(groups, r, m), groups[r]
+            (out, into), far = bulks[(m, r)], groups[r]  # the composition's gateways
             sent, got = f"gather{m}to{r}", f"bulk{m}to{r}"
             for g, s in enumerate(node):  # 1. one block per GPU: what it sends to node r, in destination order
                 b.chunk(s, INPUT, far[0] * c, size * c).copy(out, sent, g * size * c)
