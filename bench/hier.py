@@ -85,7 +85,8 @@ def _lower(algorithm: Any, merge: str, lowering: str, inplace: bool) -> Any:
 
 def compare(topology: str, collective: str, merges: tuple[str, ...], sources: list[str] | None,
             target: str, lowering_modes: tuple[str, ...] = ("coalesced",),
-            plans: tuple[str, ...] | None = None) -> dict[str, Any]:
+            plans: tuple[str, ...] | None = None, sides: tuple[str, ...] = ("ours", "library"),
+            option_sets: tuple[str, ...] = ("default", "unfused")) -> dict[str, Any]:
     from collsynth.algorithms.registry import build
     from collsynth.collectives import make_collective
     from collsynth.compiler.pipeline import compile_program
@@ -95,13 +96,17 @@ def compare(topology: str, collective: str, merges: tuple[str, ...], sources: li
 
     topo = resolve_topology(topology)
     began = time.process_time()
-    result = hierarchical(topo, make_collective(collective, topo.num_ranks, 1), 1 << 20, sources=sources)
-    algorithms = [a for a in result.algorithms if plans is None or a.provenance["plan"] in plans]
+    algorithms = []
+    if "ours" in sides:
+        result = hierarchical(topo, make_collective(collective, topo.num_ranks, 1), 1 << 20, sources=sources)
+        algorithms = [a for a in result.algorithms if plans is None or a.provenance["plan"] in plans
+                      or f"{a.provenance['plan']}-{a.provenance['rail_source']}" in plans]
     inplace = collective == "allreduce"
     synth_s = time.process_time() - began
     began = time.process_time()
     # compile options the tuner searches (tune.space: fusion, pair_threadblocks): default, and both off
-    options: tuple[dict[str, Any], ...] = ({}, {"instr_fusion": False, "pair_threadblocks": False})
+    knobs: dict[str, dict[str, Any]] = {"default": {}, "unfused": {"instr_fusion": False, "pair_threadblocks": False}}
+    options = tuple(knobs[name] for name in option_sets)
     failures: list[str] = []
     ours = []
     for a, merge, lowering, opts in itertools.product(algorithms, merges, lowering_modes, options):
@@ -116,7 +121,7 @@ def compare(topology: str, collective: str, merges: tuple[str, ...], sources: li
             failures.append(f"{name}: {str(exc)[:160]}")
     extra = {"inplace": True} if inplace else {}
     lib = [(name, compile_program(build(name, topo, num_nodes=topo.num_machines, **extra), target))
-           for name in LIBRARY[collective]]
+           for name in LIBRARY[collective] if "library" in sides]
     compile_s = time.process_time() - began
     began = time.process_time()
     mine, theirs = _side(ours, topo, failures), _side(lib, topo, failures)
@@ -139,7 +144,8 @@ def table(row: dict[str, Any]) -> Table:
     for column in ("size", "hier us", "library us", "hier/library", "hier winner", "library winner"):
         out.add_column(column)
     for size, (t, who), (u, lib) in zip(SIZES, row["ours"], row["library"], strict=True):
-        out.add_row(_size(size), f"{t:.1f}", f"{u:.1f}", f"{t / u:.3f}" if u else "-", who, lib)
+        ratio = f"{t / u:.3f}" if u and math.isfinite(t * u) else "-"
+        out.add_row(_size(size), f"{t:.1f}", f"{u:.1f}", ratio, who, lib)
     return out
 
 
@@ -149,7 +155,12 @@ def main() -> None:
     parser.add_argument("--collective", action="append", default=None)
     parser.add_argument("--merge", action="append", default=None,
                         help="lowering merge modes (contiguous, stage, transpose-sender, transpose-receiver)")
-    parser.add_argument("--plans", default=None, help="composition plans to time, comma-separated (default: all)")
+    parser.add_argument("--side", action="append", choices=("ours", "library"), default=None,
+                        help="time only this side (two runs can then share the machine's cores)")
+    parser.add_argument("--options", default="default,unfused",
+                        help="compositions' compile option sets, comma-separated (default, unfused)")
+    parser.add_argument("--plans", default=None,
+                        help="plans to time, comma-separated: PLAN or PLAN-RAILSOURCE (gateway-rail)")
     parser.add_argument("--sources", default=None, help="phase sources, comma-separated (default: hierarchical's)")
     parser.add_argument("--target", default="msccl-executor", help="runtime both sides are compiled for")
     parser.add_argument("--lowering", action="append", choices=("coalesced", "per-chunk"), default=None,
@@ -161,7 +172,8 @@ def main() -> None:
             sources = args.sources.split(",") if args.sources else None
             row = compare(topology, collective, tuple(args.merge or ("contiguous",)), sources, args.target,
                           tuple(args.lowering or ("coalesced",)),
-                          tuple(args.plans.split(",")) if args.plans else None)
+                          tuple(args.plans.split(",")) if args.plans else None,
+                          tuple(args.side or ("ours", "library")), tuple(args.options.split(",")))
             console.print(table(row))
             for failure in row["failures"]:
                 console.print(f"not timed: {failure}", soft_wrap=True)
