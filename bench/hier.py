@@ -35,7 +35,7 @@ from rich.table import Table
 
 SIZES = [1 << (10 + 2 * i) for i in range(11)]  # 1 KB .. 1 GB
 PROTOCOLS = ("Simple", "LL128", "LL")
-LIBRARY = {"allreduce": ("hierarchical_allreduce",), "alltoall": ("two_step_alltoall", "three_step_alltoall"),
+LIBRARY = {"allreduce": ("hierarchical_allreduce",), "alltoall": ("three_step_alltoall", "two_step_alltoall"),
            "allgather": (), "reducescatter": ()}
 
 

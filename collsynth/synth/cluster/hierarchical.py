@@ -162,7 +162,7 @@ def _gateway_candidate(topology: Topology, collective: Collective,
     """AllToAll only: the three-step gateway compositions (hier_gateway), few large inter-node messages, one
     per gateway assignment (provenance "rail_source": round-robin or rail)."""
     began = time.perf_counter()
-    found = []
+    found: list[Algorithm] = []
     for assignment in ASSIGNMENTS:
         name = f"hier-alltoall-{topology.name}-gateway-direct-{assignment}"
         algorithm = gateway_alltoall(topology, collective, groups, name, assignment)
