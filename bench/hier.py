@@ -86,7 +86,8 @@ def _lower(algorithm: Any, merge: str, lowering: str, inplace: bool) -> Any:
 def compare(topology: str, collective: str, merges: tuple[str, ...], sources: list[str] | None,
             target: str, lowering_modes: tuple[str, ...] = ("coalesced",),
             plans: tuple[str, ...] | None = None, sides: tuple[str, ...] = ("ours", "library"),
-            option_sets: tuple[str, ...] = ("default", "unfused")) -> dict[str, Any]:
+            option_sets: tuple[str, ...] = ("default", "unfused"),
+            library: tuple[str, ...] | None = None) -> dict[str, Any]:
     from collsynth.algorithms.registry import build
     from collsynth.collectives import make_collective
     from collsynth.compiler.pipeline import compile_program
@@ -121,7 +122,7 @@ def compare(topology: str, collective: str, merges: tuple[str, ...], sources: li
             failures.append(f"{name}: {str(exc)[:160]}")
     extra = {"inplace": True} if inplace else {}
     lib = [(name, compile_program(build(name, topo, num_nodes=topo.num_machines, **extra), target))
-           for name in LIBRARY[collective] if "library" in sides]
+           for name in LIBRARY[collective] if "library" in sides and (library is None or name in library)]
     compile_s = time.process_time() - began
     began = time.process_time()
     mine, theirs = _side(ours, topo, failures), _side(lib, topo, failures)
@@ -157,6 +158,7 @@ def main() -> None:
                         help="lowering merge modes (contiguous, stage, transpose-sender, transpose-receiver)")
     parser.add_argument("--side", action="append", choices=("ours", "library"), default=None,
                         help="time only this side (two runs can then share the machine's cores)")
+    parser.add_argument("--library", action="append", default=None, help="only these library programs")
     parser.add_argument("--options", default="default,unfused",
                         help="compositions' compile option sets, comma-separated (default, unfused)")
     parser.add_argument("--plans", default=None,
@@ -173,7 +175,8 @@ def main() -> None:
             row = compare(topology, collective, tuple(args.merge or ("contiguous",)), sources, args.target,
                           tuple(args.lowering or ("coalesced",)),
                           tuple(args.plans.split(",")) if args.plans else None,
-                          tuple(args.side or ("ours", "library")), tuple(args.options.split(",")))
+                          tuple(args.side or ("ours", "library")), tuple(args.options.split(",")),
+                          tuple(args.library) if args.library else None)
             console.print(table(row))
             for failure in row["failures"]:
                 console.print(f"not timed: {failure}", soft_wrap=True)
