@@ -2,17 +2,23 @@
 
     nice .venv/bin/python bench/hier.py [--topology 16xndv4 --topology 64xh100_nvswitch]
                                         [--collective allreduce --collective alltoall] [--sources ring,oneshot]
+                                        [--merge contiguous --merge stage --merge transpose-sender]
+                                        [--plans gateway,node-rail]
 
 For each (topology, collective): every candidate of `collsynth.synth.cluster.hierarchical` with the given
-phase sources, lowered with `lower_composition` (`lower_to_program` with a link's contiguous transfers
-coalesced into one op; `--lowering per-chunk` adds `lower_to_program` as it is), in place for AllReduce as
-the library's `inplace=True` form, in each --merge mode, compiled with the default options and with
-instruction fusion and threadblock pairing off (two knobs `collsynth tune` searches); and the library's
-multi-node programs (`hierarchical_allreduce`, `two_step_alltoall`, `three_step_alltoall`). Both sides are
-compiled for `--target`'s runtime (split to its loader limits; `none`: no limits) and simulated at
-1 KB..1 GB (x4) under the Simple, LL128 and LL protocols. A side's time at a size is its best
-(candidate x merge x protocol); the table prints both sides, the ratio and the winning candidate.
-Simulated times are exact (the simulator's model); the seconds columns are wall-clock and depend on load.
+phase sources (`--plans`: only these plans), lowered with `lower_composition` (`lower_to_program` with a
+link's contiguous transfers coalesced into one op; `--lowering per-chunk` adds `lower_to_program` as it is),
+in place for AllReduce as the library's `inplace=True` form, in each --merge mode (`transpose-sender` /
+`transpose-receiver`: the gateway composition through `lower_gateway`, one message per GPU and node pair;
+other plans skip them), compiled with the default options and with instruction fusion and threadblock
+pairing off (two knobs `collsynth tune` searches); and the library's multi-node programs
+(`hierarchical_allreduce`, `two_step_alltoall`, `three_step_alltoall`). Both sides are compiled for
+`--target`'s runtime (split to its loader limits; `none`: no limits) and simulated at 1 KB..1 GB (x4) under
+the Simple, LL128 and LL protocols. A side's time at a size is its best (candidate x merge x protocol); the
+table prints both sides, the ratio and the winning candidate. A candidate is simulated size by size with
+`stop_at` = its side's best so far at that size: a run proved slower stops early, which changes no side's
+best. Simulated times are exact (the simulator's model); the stage costs are CPU seconds
+(`time.process_time`), which the machine's load inflates less than wall time.
 """
 
 from __future__ import annotations
@@ -29,18 +35,26 @@ from rich.table import Table
 
 SIZES = [1 << (10 + 2 * i) for i in range(11)]  # 1 KB .. 1 GB
 PROTOCOLS = ("Simple", "LL128", "LL")
-LIBRARY = {"allreduce": ("hierarchical_allreduce",), "alltoall": ("two_step_alltoall", "three_step_alltoall"),
+LIBRARY = {"allreduce": ("hierarchical_allreduce",), "alltoall": ("three_step_alltoall", "two_step_alltoall"),
            "allgather": (), "reducescatter": ()}
 
 
-def _times(ir: Any, topo: Any) -> list[tuple[float, str]]:
+def _improve(best: list[tuple[float, str]], name: str, ir: Any, topo: Any) -> None:
+    """Lower `best` (per size: time, winner) where `ir` under some protocol beats it; a run proved not to
+    beat the best at its size is stopped (engine.NotFaster)."""
+    from collsynth.sim import engine
     from collsynth.sim.simulate import simulate
 
-    best = [(math.inf, "")] * len(SIZES)
     for proto in PROTOCOLS:
-        rows = simulate(replace(ir, proto=proto), topo, SIZES).rows
-        best = [min(b, (r.time_us, proto)) for b, r in zip(best, rows, strict=True)]
-    return best
+        timed = replace(ir, proto=proto)
+        planned = engine.plan(timed, topo)
+        for i, size in enumerate(SIZES):
+            try:
+                t = simulate(timed, topo, [size], planned=planned, stop_at=best[i][0]).rows[0].time_us
+            except engine.NotFaster:
+                continue
+            if t < best[i][0]:
+                best[i] = (t, f"{name} {proto}")
 
 
 def _side(named_irs: list[tuple[str, Any]], topo: Any, failures: list[str]) -> list[tuple[float, str]]:
@@ -49,54 +63,71 @@ def _side(named_irs: list[tuple[str, Any]], topo: Any, failures: list[str]) -> l
     best = [(math.inf, "")] * len(SIZES)
     for name, ir in named_irs:
         try:
-            times = _times(ir, topo)
+            _improve(best, name, ir, topo)
         except CollsynthError as exc:  # e.g. a compiled IR the simulator finds deadlocked: reported, not timed
             failures.append(f"{name}: {str(exc)[:160]}")
-            continue
-        for i, (t, proto) in enumerate(times):
-            if t < best[i][0]:
-                best[i] = (t, f"{name} {proto}")
     return best
 
 
+def _lower(algorithm: Any, merge: str, lowering: str, inplace: bool) -> Any:
+    """The program of one candidate: `lower_gateway` for the transpose modes (gateway only; None for the
+    other plans), else `lower_composition` or `lower_to_program`."""
+    from collsynth.algorithms.hier_lower import lower_composition, lower_gateway
+    from collsynth.language.lower import lower_to_program
+
+    if merge.startswith("transpose-"):
+        if algorithm.provenance["plan"] != "gateway" or lowering != "coalesced":
+            return None
+        return lower_gateway(algorithm, transpose=merge.removeprefix("transpose-"))
+    lower = lower_composition if lowering == "coalesced" else lower_to_program
+    return lower(algorithm, merge=merge, inplace=inplace)
+
+
 def compare(topology: str, collective: str, merges: tuple[str, ...], sources: list[str] | None,
-            target: str, lowering_modes: tuple[str, ...] = ("coalesced",)) -> dict[str, Any]:
-    from collsynth.algorithms.hier_lower import lower_composition
+            target: str, lowering_modes: tuple[str, ...] = ("coalesced",),
+            plans: tuple[str, ...] | None = None, sides: tuple[str, ...] = ("ours", "library"),
+            option_sets: tuple[str, ...] = ("default", "unfused"),
+            library: tuple[str, ...] | None = None) -> dict[str, Any]:
     from collsynth.algorithms.registry import build
     from collsynth.collectives import make_collective
     from collsynth.compiler.pipeline import compile_program
     from collsynth.core.errors import CollsynthError
-    from collsynth.language.lower import lower_to_program
     from collsynth.synth.cluster.hierarchical import hierarchical
     from collsynth.topologies import resolve_topology
 
     topo = resolve_topology(topology)
-    began = time.perf_counter()
-    result = hierarchical(topo, make_collective(collective, topo.num_ranks, 1), 1 << 20, sources=sources)
+    began = time.process_time()
+    algorithms = []
+    if "ours" in sides:
+        result = hierarchical(topo, make_collective(collective, topo.num_ranks, 1), 1 << 20, sources=sources)
+        algorithms = [a for a in result.algorithms if plans is None or a.provenance["plan"] in plans
+                      or f"{a.provenance['plan']}-{a.provenance['rail_source']}" in plans]
     inplace = collective == "allreduce"
-    synth_s = time.perf_counter() - began
-    began = time.perf_counter()
+    synth_s = time.process_time() - began
+    began = time.process_time()
     # compile options the tuner searches (tune.space: fusion, pair_threadblocks): default, and both off
-    options: tuple[dict[str, Any], ...] = ({}, {"instr_fusion": False, "pair_threadblocks": False})
+    knobs: dict[str, dict[str, Any]] = {"default": {}, "unfused": {"instr_fusion": False, "pair_threadblocks": False}}
+    options = tuple(knobs[name] for name in option_sets)
     failures: list[str] = []
     ours = []
-    lowerings = {"coalesced": lower_composition, "per-chunk": lower_to_program}
-    for a, merge, lowering, opts in itertools.product(result.algorithms, merges, lowering_modes, options):
+    for a, merge, lowering, opts in itertools.product(algorithms, merges, lowering_modes, options):
         name = (f"{a.provenance['plan']}/{a.provenance['node_source']}/{a.provenance['rail_source']}/{merge}"
                 f"{'/per-chunk' if lowering == 'per-chunk' else ''}{'/unfused' if opts else ''}")
         try:
-            program = lowerings[lowering](a, merge=merge, inplace=inplace)
+            program = _lower(a, merge, lowering, inplace)
+            if program is None:
+                continue
             ours.append((name, compile_program(program, target, **opts)))
         except CollsynthError as exc:  # e.g. more threadblocks per channel than MSCCL runs
             failures.append(f"{name}: {str(exc)[:160]}")
     extra = {"inplace": True} if inplace else {}
     lib = [(name, compile_program(build(name, topo, num_nodes=topo.num_machines, **extra), target))
-           for name in LIBRARY[collective]]
-    compile_s = time.perf_counter() - began
-    began = time.perf_counter()
+           for name in LIBRARY[collective] if "library" in sides and (library is None or name in library)]
+    compile_s = time.process_time() - began
+    began = time.process_time()
     mine, theirs = _side(ours, topo, failures), _side(lib, topo, failures)
     return {"topology": topology, "collective": collective, "ours": mine, "library": theirs, "synth_s": synth_s,
-            "compile_s": compile_s, "sim_s": time.perf_counter() - began, "candidates": len(result.algorithms),
+            "compile_s": compile_s, "sim_s": time.process_time() - began, "candidates": len(algorithms),
             "failures": failures}
 
 
@@ -110,11 +141,12 @@ def _size(nbytes: int) -> str:
 def table(row: dict[str, Any]) -> Table:
     out = Table(title=f"{row['collective']} on {row['topology']}: hierarchical ({row['candidates']} candidates) vs "
                       f"library (synth {row['synth_s']:.1f} s, compile {row['compile_s']:.1f} s, "
-                      f"simulate {row['sim_s']:.1f} s wall)")
+                      f"simulate {row['sim_s']:.1f} s CPU)")
     for column in ("size", "hier us", "library us", "hier/library", "hier winner", "library winner"):
         out.add_column(column)
     for size, (t, who), (u, lib) in zip(SIZES, row["ours"], row["library"], strict=True):
-        out.add_row(_size(size), f"{t:.1f}", f"{u:.1f}", f"{t / u:.3f}" if u else "-", who, lib)
+        ratio = f"{t / u:.3f}" if u and math.isfinite(t * u) else "-"
+        out.add_row(_size(size), f"{t:.1f}", f"{u:.1f}", ratio, who, lib)
     return out
 
 
@@ -122,7 +154,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--topology", action="append", default=None)
     parser.add_argument("--collective", action="append", default=None)
-    parser.add_argument("--merge", action="append", default=None, help="lowering merge modes (contiguous, stage)")
+    parser.add_argument("--merge", action="append", default=None,
+                        help="lowering merge modes (contiguous, stage, transpose-sender, transpose-receiver)")
+    parser.add_argument("--side", action="append", choices=("ours", "library"), default=None,
+                        help="time only this side (two runs can then share the machine's cores)")
+    parser.add_argument("--library", action="append", default=None, help="only these library programs")
+    parser.add_argument("--options", default="default,unfused",
+                        help="compositions' compile option sets, comma-separated (default, unfused)")
+    parser.add_argument("--plans", default=None,
+                        help="plans to time, comma-separated: PLAN or PLAN-RAILSOURCE (gateway-rail)")
     parser.add_argument("--sources", default=None, help="phase sources, comma-separated (default: hierarchical's)")
     parser.add_argument("--target", default="msccl-executor", help="runtime both sides are compiled for")
     parser.add_argument("--lowering", action="append", choices=("coalesced", "per-chunk"), default=None,
@@ -133,7 +173,10 @@ def main() -> None:
         for collective in args.collective or ["allreduce", "alltoall"]:
             sources = args.sources.split(",") if args.sources else None
             row = compare(topology, collective, tuple(args.merge or ("contiguous",)), sources, args.target,
-                          tuple(args.lowering or ("coalesced",)))
+                          tuple(args.lowering or ("coalesced",)),
+                          tuple(args.plans.split(",")) if args.plans else None,
+                          tuple(args.side or ("ours", "library")), tuple(args.options.split(",")),
+                          tuple(args.library) if args.library else None)
             console.print(table(row))
             for failure in row["failures"]:
                 console.print(f"not timed: {failure}", soft_wrap=True)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from collsynth.language.lower import lower_to_program
+from collsynth.language.lower import LoweringError, lower_to_program
 from collsynth.language.program import ChunkOp, Program, Slot, validate_program
 from collsynth.schedule import Algorithm
 
@@ -53,3 +53,59 @@ def lower_composition(algorithm: Algorithm, **options: Any) -> Program:
     program = coalesce_transfers(lower_to_program(algorithm, **options))
     validate_program(program)
     return program
+
+
+GATEWAY_TRANSPOSES = ("receiver", "sender")
+
+
+def lower_gateway(algorithm: Algorithm, *, transpose: str = "receiver", protocol: str = "Simple") -> Program:
+    """The gateway AllToAll composition (`synth.cluster.hier_gateway`) as a program whose every transfer is one
+    message: each GPU hands the gateway one contiguous block per remote node (source-major), the gateways
+    exchange one bulk per node pair, and each GPU of the receiving node gets one contiguous block per remote
+    node (destination-major). Source-major to destination-major is a transpose of the node pair's G x G
+    blocks, done by local copies on the gateway that receives the bulk (`transpose="receiver"`) or on the one
+    that sends it ("sender"); the gateways are the composition's (its bulk step). Local copies occupy only
+    their threadblock, where the same reordering through NVLink (one message per block, `lower_composition`)
+    queues G times as many messages on every GPU's port."""
+    from collsynth.algorithms._common import INPUT, OUTPUT, new_builder, pieces, require_contiguous_nodes
+    from collsynth.synth.cluster.hierarchical import groups_of
+
+    if transpose not in GATEWAY_TRANSPOSES:
+        raise LoweringError(f"transpose must be one of {', '.join(GATEWAY_TRANSPOSES)}, got {transpose!r}")
+    if algorithm.provenance.get("plan") != "gateway":
+        raise LoweringError(f"{algorithm.name} is not the gateway composition; lower it with lower_composition")
+    topology, coll = algorithm.topology, algorithm.collective
+    groups = groups_of(topology)
+    require_contiguous_nodes(algorithm.name, groups)
+    c, size = coll.chunks, len(groups[0])
+    node_of = {rank: m for m, node in enumerate(groups) for rank in node}
+    bulks = {(node_of[s.src], node_of[s.dst]): (s.src, s.dst) for s in algorithm.steps[1].sends}
+    b = new_builder(algorithm.name, topology, coll, instances=1, protocol=protocol)
+    for m, node in enumerate(groups):
+        for hop in range(1, len(groups)):
+            r = (m + hop) % len(groups)
+            (out, into), far = bulks[(m, r)], groups[r]  # the composition's gateways
+            sent, got = f"gather{m}to{r}", f"bulk{m}to{r}"
+            for g, s in enumerate(node):  # 1. one block per GPU: what it sends to node r, in destination order
+                b.chunk(s, INPUT, far[0] * c, size * c).copy(out, sent, g * size * c)
+            if transpose == "sender":
+                sent = _transpose(b, out, sent, f"pair{m}to{r}", size, c)
+            for start, count in pieces(0, size * size * c):  # 2. the bulk, split at the runtime's count limit
+                b.chunk(out, sent, start, count).copy(into, got, start)
+            if transpose == "receiver":
+                got = _transpose(b, into, got, f"pair{m}to{r}", size, c)
+            for g, d in enumerate(far):  # 3. one block per GPU of node r: what node m sends it
+                b.chunk(into, got, g * size * c, size * c).copy(d, OUTPUT, node[0] * c)
+    for node in groups:  # inside a node: direct
+        for s in node:
+            for d in node:
+                b.chunk(s, INPUT, d * c, c).copy(d, OUTPUT, s * c)
+    return b.build()
+
+
+def _transpose(b: Any, rank: int, buffer: str, into: str, size: int, c: int) -> str:
+    """Local copies on `rank`: block (g, g2) of `buffer` (source-major) to (g2, g) of `into`; returns `into`."""
+    for g in range(size):
+        for g2 in range(size):
+            b.chunk(rank, buffer, (g * size + g2) * c, c).copy(rank, into, (g2 * size + g) * c)
+    return into

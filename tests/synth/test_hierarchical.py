@@ -98,7 +98,8 @@ def test_a_past_deadline_keeps_the_first_candidate_only() -> None:
 def test_gateway_alltoall_spreads_node_pairs_over_gpus() -> None:
     topo = builtin("4xndv4")
     result = hierarchical(topo, make_collective("alltoall", 32, 2), 1 << 10, sources=["direct"])
-    [gateway] = [a for a in result.algorithms if a.provenance["plan"] == "gateway"]
+    [gateway] = [a for a in result.algorithms if a.provenance["plan"] == "gateway"
+                 and a.provenance["rail_source"] == "round-robin"]
     verify(gateway)
     assert gateway.num_steps == 3
     [bulk] = [step for step in gateway.steps if any(topo.node_of(s.src) != topo.node_of(s.dst) for s in step.sends)]
@@ -106,6 +107,18 @@ def test_gateway_alltoall_spreads_node_pairs_over_gpus() -> None:
     assert len(pairs) == 4 * 3  # one message per ordered node pair, from a different GPU for each remote node
     assert len({src for src, _ in pairs}) == 4 * 3 and all(topo.node_of(a) != topo.node_of(b) for a, b in pairs)
     assert len(bulk.sends) == 4 * 3 * 8 * 8 * 2  # each carries every (source, destination) block of the pair
+
+
+def test_rail_gateways_keep_each_bulk_on_one_rail_and_spread_the_bulks_evenly() -> None:
+    topo = builtin("4xndv4")
+    result = hierarchical(topo, make_collective("alltoall", 32), 1 << 10, sources=["direct"])
+    [gateway] = [a for a in result.algorithms if a.provenance.get("rail_source") == "rail"]
+    verify(gateway)
+    bulk = {(s.src, s.dst) for s in gateway.steps[1].sends}
+    assert len(bulk) == 4 * 3 and all(topo.node_of(a) != topo.node_of(b) for a, b in bulk)
+    assert all(a % 8 == b % 8 for a, b in bulk)  # sender and receiver have one GPU index: one rail
+    # pair (m, m + h) uses GPU h - 1: 3 hops on 8 GPUs, so no GPU sends or receives two bulks
+    assert len({a for a, _ in bulk}) == len({b for _, b in bulk}) == 4 * 3
 
 
 def test_gateway_alltoall_beats_the_three_step_program_at_1kb() -> None:
@@ -116,7 +129,8 @@ def test_gateway_alltoall_beats_the_three_step_program_at_1kb() -> None:
 
     topo = builtin("4xndv4")
     result = hierarchical(topo, make_collective("alltoall", 32), 1 << 10, sources=["direct"])
-    [gateway] = [a for a in result.algorithms if a.provenance["plan"] == "gateway"]
+    [gateway] = [a for a in result.algorithms if a.provenance["plan"] == "gateway"
+                 and a.provenance["rail_source"] == "round-robin"]
     ours = compile_program(lower_composition(gateway, merge="stage"), "msccl-executor")
     library = compile_program(build("three_step_alltoall", topo, num_nodes=4), "msccl-executor")
     assert simulate(ours, topo, [1 << 10]).rows[0].time_us < simulate(library, topo, [1 << 10]).rows[0].time_us

@@ -27,7 +27,7 @@ from collsynth.collectives import Collective
 from collsynth.core.costs import MIB
 from collsynth.core.enums import Status
 from collsynth.schedule import Algorithm, Send, StageReport, Step, SynthesisResult, verify
-from collsynth.synth.cluster.hier_gateway import gateway_alltoall
+from collsynth.synth.cluster.hier_gateway import ASSIGNMENTS, gateway_alltoall
 from collsynth.synth.cluster.hier_phases import PHASE_SOURCES, min_rounds, phase_schedule
 from collsynth.synth.cluster.hier_plans import PLANS, Groups, Phase
 from collsynth.synth.cluster.timexp import GreedyError
@@ -159,16 +159,20 @@ def _candidates(topology: Topology, collective: Collective, groups: Groups, sour
 
 def _gateway_candidate(topology: Topology, collective: Collective,
                        groups: Groups) -> tuple[list[Algorithm], StageReport]:
-    """AllToAll only: the three-step gateway composition (hier_gateway), few large inter-node messages."""
+    """AllToAll only: the three-step gateway compositions (hier_gateway), few large inter-node messages, one
+    per gateway assignment (provenance "rail_source": round-robin or rail)."""
     began = time.perf_counter()
-    name = f"hier-alltoall-{topology.name}-gateway-direct-direct"
-    algorithm = gateway_alltoall(topology, collective, groups, name)
-    if algorithm is None:
+    found: list[Algorithm] = []
+    for assignment in ASSIGNMENTS:
+        name = f"hier-alltoall-{topology.name}-gateway-direct-{assignment}"
+        algorithm = gateway_alltoall(topology, collective, groups, name, assignment)
+        if algorithm is not None and all(algorithm.steps != a.steps for a in found):  # 2 nodes: one schedule
+            found.append(replace(algorithm, provenance={
+                "synthesizer": "hierarchical", "plan": "gateway", "node_source": "direct",
+                "rail_source": assignment, "phases": ["node gather", "gateway bulk", "node scatter"]}))
+    if not found:
         return [], StageReport("gateway", time.perf_counter() - began, "does not apply")
-    algorithm = replace(algorithm, provenance={
-        "synthesizer": "hierarchical", "plan": "gateway", "node_source": "direct", "rail_source": "direct",
-        "phases": ["node gather", "gateway bulk", "node scatter"]})
-    return [algorithm], StageReport("gateway", time.perf_counter() - began, f"{algorithm.num_steps} steps")
+    return found, StageReport("gateway", time.perf_counter() - began, f"{len(found)} x {found[0].num_steps} steps")
 
 
 def hierarchical(topology: Topology, collective: Collective, size_bytes: int = 1 << 30, *,
