@@ -14,14 +14,6 @@ closes all three: while it starts a worker (inside `submit`) SIGINT and SIGTERM 
 worker is always started whole; each worker begins with SIGINT blocked (inherited), ignores it in its first
 act and only then unblocks it; and `stop_pool` ends workers that may still be starting with SIGTERM (left at
 its default, so they die quietly) and SIGKILL after that, before the parent can remove anything.
-
-Native code is the third. Python runs a signal's handler in the main thread between bytecodes, so while the main
-thread waits in one long native call (a z3 check) a Ctrl-C does nothing until the call returns.
-`cancelled_on_interrupt(cancel)` closes that: its watcher thread learns of the signal through
-`signal.set_wakeup_fd` (written by Python's C-level handler, whichever thread the kernel picked) and calls
-`cancel()` until the block ends, so the call returns early; the handler then runs as usual and raises
-(KeyboardInterrupt, `Terminated`) as the call returns, and `watch.interrupted` tells a caller whose handler did
-not raise that the call was cut short by the user.
 """
 
 from __future__ import annotations
@@ -29,7 +21,6 @@ from __future__ import annotations
 import _thread
 import functools
 import multiprocessing
-import os
 import signal
 import sys
 import threading
@@ -38,15 +29,11 @@ import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
 HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-# How often the watcher repeats `cancel()` until the block ends: a cancel that arrives before the native call has
-# started is lost (z3 cancels only a running check), so it is repeated until the call ends.
-CANCEL_REPEAT_S = 0.01
-_STOP_WATCHING = b"\0"  # no signal has number 0: the block's end
 
 
 class Terminated(KeyboardInterrupt):
@@ -133,61 +120,6 @@ def interrupts_held() -> Iterator[None]:
             signal.signal(held, handler)
         for signum in dict.fromkeys(arrived):
             signal.raise_signal(signum)  # now acted on as usual (a KeyboardInterrupt, an exit, or nothing)
-
-
-class InterruptWatch:
-    """What `cancelled_on_interrupt` saw: `interrupted` once a SIGINT or SIGTERM arrived in its block."""
-
-    def __init__(self) -> None:
-        self._arrived = threading.Event()
-
-    @property
-    def interrupted(self) -> bool:
-        return self._arrived.is_set()
-
-
-@contextmanager
-def cancelled_on_interrupt(cancel: Callable[[], None]) -> Iterator[InterruptWatch]:
-    """Within the block, a SIGINT or SIGTERM (one whose handler is a Python function) makes a watcher thread call
-    `cancel()`, again every CANCEL_REPEAT_S until the block ends, so that a native call holding the main thread
-    returns early (module docstring). `cancel` must be safe to call from another thread at any moment. The
-    signal's own handler still runs in the main thread as usual. Outside the main thread (where Python cannot
-    set the wakeup fd) the block runs unchanged and `interrupted` stays false."""
-    watch = InterruptWatch()
-    if threading.current_thread() is not threading.main_thread():
-        yield watch
-        return
-    read_end, write_end = os.pipe()
-    os.set_blocking(write_end, False)  # the C handler must never block on it
-    ended = threading.Event()
-    previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
-
-    def watcher() -> None:
-        while not ended.is_set():
-            data = os.read(read_end, 64)
-            if previous >= 0:  # whoever had the wakeup fd before (an event loop) still hears of its signals
-                with suppress(OSError):
-                    os.write(previous, data.replace(_STOP_WATCHING, b""))
-            if any(signum in data for signum in HELD_SIGNALS):
-                watch._arrived.set()
-                while True:
-                    cancel()
-                    if ended.wait(CANCEL_REPEAT_S):
-                        return
-            if _STOP_WATCHING in data or not data:
-                return
-
-    thread = threading.Thread(target=watcher, name="collsynth-interrupt-watcher", daemon=True)
-    thread.start()
-    try:
-        yield watch
-    finally:
-        signal.set_wakeup_fd(previous)
-        ended.set()
-        os.write(write_end, _STOP_WATCHING)
-        thread.join()
-        os.close(read_end)
-        os.close(write_end)
 
 
 def release_frames(error: BaseException) -> None:

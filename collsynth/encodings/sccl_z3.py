@@ -38,7 +38,6 @@ import z3
 from collsynth.collectives import Collective
 from collsynth.core.enums import Op, Status
 from collsynth.core.errors import CollsynthError
-from collsynth.core.signals import cancelled_on_interrupt
 from collsynth.topologies import Topology
 from collsynth.topologies import symmetry as topology_symmetry
 from collsynth.topologies.symmetry import MAX_AUTOMORPHISMS, Symmetry, orbits, reversed_topology
@@ -193,31 +192,23 @@ class StepEncoding:
         limit = 0 if units is None else max(1, min(units, MAX_SLICE_UNITS))
         self.solver.set("rlimit", limit)  # relative to the count at the start of check(); 0: no limit
         self.solver.set("random_seed", seed)
-        # z3 never touches SIGINT (its own handler would swallow a Ctrl-C that lands as a check ends, or report it
-        # as "unknown"); a Ctrl-C or SIGTERM cancels the check from Python instead and is raised as it returns
-        self.solver.set("ctrl_c", False)
-        answer, interrupted = self._check(assumptions)
+        self.solver.set("ctrl_c", self.interruptible)
+        used_before = resource_count(self.solver)
+        answer = self.solver.check(*assumptions)
         seconds = time.perf_counter() - start
         if answer == z3.unsat:
             return InstanceOutcome(Status.UNSAT, chunks, self.steps, max_rounds, None, seconds)
         if answer != z3.sat:
-            if interrupted:  # cancelled by the user, whatever the clock or the units say: never a time-out
+            # z3 is complete here and gives the same reason ("canceled") for the resource limit, the time-out
+            # and Ctrl-C: "unknown" with units left, well before the time limit, means Ctrl-C
+            out_of_units = limit > 0 and resource_count(self.solver) - used_before >= limit
+            out_of_time = time_limit is not None and seconds >= 0.9 * time_limit - 0.05
+            if self.interruptible and not out_of_units and not out_of_time:
                 raise KeyboardInterrupt
-            # z3 is complete here: "unknown" means the time or the resource units ran out
             return InstanceOutcome(Status.TIMEOUT, chunks, self.steps, max_rounds, None, seconds)
         schedule = self._decode(self.solver.model())
         rounds = sum(r for r, _ in schedule)
         return InstanceOutcome(Status.SAT, chunks, self.steps, rounds, schedule, time.perf_counter() - start)
-
-    def _check(self, assumptions: Sequence[z3.BoolRef]) -> tuple[z3.CheckSatResult, bool]:
-        """The solver's answer, and whether a Ctrl-C or SIGTERM cancelled it (`interruptible` only: worker
-        processes leave signals to their parent). The signal's handler raises as the check returns; `True` is
-        for a handler that did not."""
-        if not self.interruptible:
-            return self.solver.check(*assumptions), False
-        with cancelled_on_interrupt(self.context.interrupt) as watch:
-            answer = self.solver.check(*assumptions)
-        return answer, watch.interrupted
 
     def _rounds_guard(self, max_rounds: int) -> z3.BoolRef:
         guard = self._round_guards.get(max_rounds)

@@ -1,11 +1,18 @@
 """The SMT portfolio's slices are z3 resource units, not seconds: the same answers on an idle and a loaded machine."""
 
+import gc
 import json
+import math
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
+import z3
 
 from collsynth.collectives import make_collective
 from collsynth.core.enums import Status
@@ -104,3 +111,52 @@ def test_budget_caps_a_question():
     outcome = solver.solve(21, time_limit=60)
     assert outcome.status == TIMEOUT and outcome.seconds < 30
     assert 2_000_000 <= resource_count(solver.full.solver) - before < 20_000_000
+
+
+@pytest.mark.skipif(os.name != "posix", reason="sends SIGINT to itself")
+def test_ctrl_c_still_interrupts_a_search(monkeypatch):
+    # Proving this unsat takes far longer than the test: only Ctrl-C ends the call early. The Ctrl-C is sent
+    # while z3 searches (a check running for 0.3 s), never on a timer: on a loaded machine a timer fires while
+    # the encodings are still being built, where a signal can land in a z3 object's __del__ and be swallowed as
+    # an "unraisable" exception, which is not what this test is about. The claim checked: the first Ctrl-C
+    # that reaches a running search ends the call with KeyboardInterrupt, promptly. A Ctrl-C that the watcher
+    # sent as a search was ending (it landed after it) does not count, and the next search gets another.
+    solver = InstanceSolver(dgx1(), make_collective("alltoall", 8, 8), 3)
+    solver.full  # noqa: B018 -- build the encodings before the first search
+    gc.collect()
+    spans: list[list[float]] = []  # [start, end] of each z3 check (end inf while it runs)
+    real_check = z3.Solver.check
+
+    def timed_check(self, *args):
+        span = [time.perf_counter(), math.inf]
+        spans.append(span)
+        try:
+            return real_check(self, *args)
+        finally:
+            span[1] = time.perf_counter()
+
+    monkeypatch.setattr(z3.Solver, "check", timed_check)
+    sent: list[float] = []
+    finished = threading.Event()
+
+    def ctrl_c_during_searches():
+        while not finished.wait(0.01):
+            span = spans[-1] if spans else None
+            if span and span[1] == math.inf and time.perf_counter() - span[0] >= 0.3 and \
+                    (not sent or sent[-1] < span[0]):  # one Ctrl-C per search
+                sent.append(time.perf_counter())
+                os.kill(os.getpid(), signal.SIGINT)
+
+    watcher = threading.Thread(target=ctrl_c_during_searches, daemon=True)
+    watcher.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            solver.solve(21, time_limit=120)
+        ended = time.perf_counter()
+    finally:
+        finished.set()
+        watcher.join()
+    landed = [t for t in sent if any(start < t < end for start, end in spans)]
+    assert landed, f"no Ctrl-C reached a running search ({len(sent)} sent)"
+    assert sent[-1] == landed[0], "a Ctrl-C reached a running search and was absorbed: another one was needed"
+    assert ended - landed[0] < 20
