@@ -4,7 +4,7 @@
 # The cases (slow-marked variants included: -m ""): the real-signal tests of every long command
 # (tests/cli/test_signals.py: pareto, milp/CBC, greedy, auto, tune, regress --jobs 2; the entry's SIGTERM and
 # start-up Ctrl-C; the catalog build's signals; the worker pool's start-up), the in-process interrupt tests of
-# milp, auto, regress, tune, pareto, report drawing and catalog build, and the native-call cases (z3 check,
+# milp, auto, regress, tune, pareto, report drawing and catalog build, and the native-call cases (
 # HiGHS, CBC, finalizers). Each round runs under `timeout` (ROUND_TIMEOUT_S, default 900) and pytest-timeout
 # (thread method, 300 s a test), niced; odd rounds with SIGINT ignored. A failing round's output goes to LOG.failures.
 set -u
@@ -38,8 +38,8 @@ for round in $(seq 1 "$rounds"); do
     tests/synth/test_sccl_pareto.py::test_ctrl_c_keeps_the_finished_points \
     tests/tune/test_tune_cli.py::test_ctrl_c_keeps_the_sizes_already_tuned \
     tests/tune/test_tune_search.py::test_interrupted_tuning_keeps_finished_sizes \
-    tests/core/test_signal_pools.py tests/core/test_signals_native.py tests/core/test_signals_finalizers.py \
-    tests/encodings/test_sccl_interrupt.py tests/encodings/test_milp_highs_interrupt.py \
+    tests/core/test_signal_pools.py tests/core/test_signals_finalizers.py tests/core/test_signals_frames.py \
+    tests/encodings/test_milp_highs_interrupt.py \
     tests/encodings/test_milp_model_cbc.py::test_overrunning_cbc_is_interrupted_and_its_solution_read \
     tests/encodings/test_milp_model_cbc.py::test_cbc_ignoring_sigint_is_killed_and_warm_start_kept \
     tests/encodings/test_milp_model_cbc.py::test_keyboard_interrupt_stops_cbc \
