@@ -25,6 +25,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -119,6 +120,29 @@ def interrupts_held() -> Iterator[None]:
             signal.signal(held, handler)
         for signum in dict.fromkeys(arrived):
             signal.raise_signal(signum)  # now acted on as usual (a KeyboardInterrupt, an exit, or nothing)
+
+
+def release_frames(error: BaseException) -> None:
+    """Drops the tracebacks of `error` and of the exceptions it was raised from or while handling, clearing the
+    locals of their finished frames first (for whoever else holds a traceback; frames still running are left as
+    they are). Clearing alone is not enough: a finished frame keeps its function, and a closure keeps what it
+    closed over. A re-raised `error` gets a traceback again from where it is raised.
+
+    An interrupt's traceback holds the frames it cut short and everything they held (a sweep's z3 contexts), and
+    whatever is raised while it is handled links back to it (`__context__`): matplotlib, drawing the report of an
+    interrupted sweep, keeps such exceptions in reference cycles. The cyclic collector then frees those contexts
+    in no set order, and a z3 context deleted before its terms frees them one scan of its whole term table per
+    level of nesting (minutes for a big one). Cleared, they are freed at once, by reference counting."""
+    pending: list[BaseException | None] = [error]
+    seen: set[int] = set()
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        traceback.clear_frames(current.__traceback__)
+        current.__traceback__ = None
+        pending += [current.__cause__, current.__context__]
 
 
 def _start_worker(initializer: Callable[[], None] | None) -> None:

@@ -23,6 +23,7 @@ from collsynth.encodings.milp_model import MilpModel
 from collsynth.encodings.milp_solvers import CbcStop
 
 pulp = pytest.importorskip("pulp")
+STAND_IN_EXIT_S = 60  # a safety net only: a stand-in told to exit on SIGINT does so within one `sleep 0.05`
 
 def knapsack() -> MilpModel:
     """max 10a + 13b + 7c + 8d s.t. 5a + 6b + 4c + 3d <= 10, binary: optimum b + d = 21."""
@@ -70,7 +71,9 @@ def alive(pid: int) -> bool:
 
 def fake_cbc(tmp_path: Path, on_sigint: str) -> tuple[Path, object]:
     """A stand-in `cbc` that ignores its time limit, records its pid, and on SIGINT runs `on_sigint`; returns the
-    pid file and the command factory to inject."""
+    pid file and the command factory to inject. A shell cannot trap a signal it was started with ignored (POSIX),
+    and a child inherits an ignored SIGINT from a runner without job control (a background job): the tests that
+    use it run with Python's own SIGINT handler (`ctrl_c_raises`), which the child sees as the default."""
     pid_file = tmp_path / "cbc.pid"
     script = tmp_path / "cbc"
     script.write_text(f"""#!/bin/sh
@@ -95,7 +98,8 @@ def _wait_until_started(pid_file: Path, proc: subprocess.Popen) -> None:
 
 
 def overrun_then_wait(pid_file: Path):
-    """The first wait (for the time limit) reports an overrun; later waits wait for the process to exit."""
+    """The first wait (for the time limit) reports an overrun; later waits wait for the process to exit (a stand-in
+    that did not stop on SIGINT fails the test after STAND_IN_EXIT_S instead of hanging it)."""
     calls = []
 
     def wait(proc: subprocess.Popen, timeout: float | None) -> bool:
@@ -103,7 +107,7 @@ def overrun_then_wait(pid_file: Path):
         if len(calls) == 1:
             _wait_until_started(pid_file, proc)
             return False
-        proc.wait()
+        proc.wait(STAND_IN_EXIT_S)
         return True
 
     return wait
@@ -157,6 +161,7 @@ def test_time_limited_real_cbc_returns_checked_answer_and_no_child():
     assert child_pids() <= before
 
 
+@pytest.mark.usefixtures("ctrl_c_raises")
 def test_overrunning_cbc_is_interrupted_and_its_solution_read(tmp_path):
     # on SIGINT the stand-in writes what CBC writes when stopped: its status line, then no nonzero values
     pid_file, command = fake_cbc(tmp_path, 'echo "Stopped on ctrl-c - objective value 0" > "$sol"; exit 0')
@@ -168,6 +173,7 @@ def test_overrunning_cbc_is_interrupted_and_its_solution_read(tmp_path):
     assert not alive(int(pid_file.read_text()))
 
 
+@pytest.mark.usefixtures("ctrl_c_raises")
 def test_cbc_ignoring_sigint_is_killed_and_warm_start_kept(tmp_path):
     pid_file, command = fake_cbc(tmp_path, "")  # '' traps SIGINT to nothing: it is ignored
     warm = np.array([0.0, 1.0, 1.0, 0.0])
@@ -184,6 +190,7 @@ def test_cbc_ignoring_sigint_is_killed_and_warm_start_kept(tmp_path):
     assert knapsack().solve("cbc", time_limit=0.5, cbc=stop).status == "no_solution"
 
 
+@pytest.mark.usefixtures("ctrl_c_raises")
 def test_keyboard_interrupt_stops_cbc(tmp_path):
     pid_file, command = fake_cbc(tmp_path, "")
     with pytest.raises(KeyboardInterrupt):

@@ -45,6 +45,7 @@ def test_pareto_report_files(cli_runner, tmp_path):
     assert (out / "frontier.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.usefixtures("z3_contexts_freed")  # none left to the cyclic collector (release_frames)
 def test_ctrl_c_keeps_finished_points(cli_runner, tmp_path, monkeypatch):
     import collsynth.synth.report as report
 
