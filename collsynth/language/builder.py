@@ -213,12 +213,8 @@ class ProgramBuilder:
                 if missing is not None:
                     raise ProgramError(f"{where(line, file)}reduce of {src} into {dst}: rank {slot.rank} "
                                        f"{slot.buffer}[{missing}] holds no data (MSCCLang cannot reduce it either)")
-        # A copy moves the written runs of its source; its empty slots empty the destination (MSCCLang
-        # copies their None), so they need no data moved.
-        for start, count in self.state.written_runs(src) if op == COPY else [(src.index, src.count)]:
-            shift = start - src.index
-            self._ops.append(ChunkOp(op, Slot(src.rank, src.buffer, start, count),
-                                     Slot(dst.rank, dst.buffer, dst.index + shift, count), *hints, line, file))
+        for piece, target in self.state.written_moves(src, dst) if op == COPY else [(src, dst)]:
+            self._ops.append(ChunkOp(op, piece, target, *hints, line, file))
         if op == COPY:
             self.state.copy(src, dst)
         else:

@@ -217,18 +217,6 @@ def _operand(slot: Slot) -> tuple[int, str, int, int]:
     return slot.rank, slot.buffer, slot.index, slot.count
 
 
-def _moves(prog: MSCCLPPProgram, src: Slot, dst: Slot) -> list[tuple[Slot, Slot]]:
-    """The (source, destination) pieces a move of src to dst sends: its written runs. A reference may span
-    empty slots (chunk() looks at its first slot only); they empty their destination in the DSL's state, and
-    sending their garbage would read memory nothing wrote, so each written run is one op, as the MSCCLang half
-    sends them (collsynth.language.builder)."""
-    runs = prog.state.written_runs(src)
-    if runs == [(src.index, src.count)]:
-        return [(src, dst)]
-    return [(Slot(src.rank, src.buffer, first, count), Slot(dst.rank, dst.buffer, dst.index + first - src.index, count))
-            for first, count in runs]
-
-
 class Ref:
     """MSCCLang's MSCCL++ chunk reference: `size` chunks at (rank, buffer, index)."""
 
@@ -276,7 +264,7 @@ class Ref:
              packet: bool) -> Ref:
         self._remote(dst, "put to")
         target = self.prog.target(self, dst, buffer, index)
-        for src, dst_slot in _moves(self.prog, self.slot, target):
+        for src, dst_slot in self.prog.state.written_moves(self.slot, target):
             self.prog.record(self.rank, sendtb, DslOp("ppkt" if packet else "put", PLAN_CHANNEL[chan_type], dst,
                                                       [_operand(src)], [_operand(dst_slot)]))
         self.prog.state.copy(self.slot, target)
@@ -297,7 +285,7 @@ class Ref:
                                    "supported; forward packets over a memory (sm) channel")
             self._remote(dst, "put to")
             target = self.prog.target(self, dst, buffer, index)
-            for src, dst_slot in _moves(self.prog, self.slot, target):
+            for src, dst_slot in self.prog.state.written_moves(self.slot, target):
                 self.prog.record(self.rank, sendtb, DslOp("rppkt", PLAN_CHANNEL[chan_type], dst, [_operand(src)],
                                                           [_operand(dst_slot)]))
             self.prog.state.copy(self.slot, target)
@@ -315,7 +303,7 @@ class Ref:
         source = self.prog.target(self, src, buffer, index)
         if self.prog.state.first_unwritten(Slot(source.rank, source.buffer, source.index, 1)) is not None:
             raise ProgramError(f"{self}: get from rank {src} {source} reads a first chunk nobody wrote")
-        for piece, dst_slot in _moves(self.prog, source, self.slot):
+        for piece, dst_slot in self.prog.state.written_moves(source, self.slot):
             self.prog.record(self.rank, recvtb, DslOp("get", PLAN_CHANNEL[chan_type], src, [_operand(piece)],
                                                       [_operand(dst_slot)]))
         self.prog.state.copy(source, self.slot)
@@ -345,7 +333,7 @@ class Ref:
         target = self.prog.target(self, dst, buffer, index)
         if target == self.slot:
             return self
-        for src, dst_slot in _moves(self.prog, self.slot, target):
+        for src, dst_slot in self.prog.state.written_moves(self.slot, target):
             self.prog.record(self.rank, sendtb, DslOp(name, "none", None, [_operand(src)], [_operand(dst_slot)]))
         self.prog.state.copy(self.slot, target)
         return Ref(self.prog, target)

@@ -54,6 +54,15 @@ class SymbolicState:
                 runs.append((index, 1))
         return runs
 
+    def written_moves(self, src: Slot, dst: Slot) -> list[tuple[Slot, Slot]]:
+        """The (source, destination) pieces a copy of src to dst moves: its written runs. Its empty slots empty
+        their destination (MSCCLang copies their None), so they need no data moved."""
+        if self.first_unwritten(src) is None:
+            return [(src, dst)]
+        shift = dst.index - src.index
+        return [(Slot(src.rank, src.buffer, first, count), Slot(dst.rank, dst.buffer, first + shift, count))
+                for first, count in self.written_runs(src)]
+
     def copy(self, src: Slot, dst: Slot) -> None:
         """Copy every slot; an empty source slot empties its destination (MSCCLang copies the None)."""
         slots = self.slots
