@@ -36,6 +36,7 @@ from collections import defaultdict
 from dataclasses import replace
 
 from collsynth.collectives import STANDARD, make_collective
+from collsynth.core.collector import paused_collector
 from collsynth.language.builder import ProgramBuilder, caller_location
 from collsynth.language.program import COPY, Program, ProgramError, Slot, alias_slot
 from collsynth.language.program import REDUCE as ADD
@@ -63,12 +64,15 @@ def lower_to_program(algorithm: Algorithm, *, instances: int = 1, protocol: str 
     builder = ProgramBuilder(name or algorithm.name, algorithm.topology, coll, instances=instances,
                              protocol=protocol)
     line, file = caller_location()  # every op's DSL location: the line that asked for the lowering
-    _Lowering(builder, algorithm, coll, stage=merge == "stage", at=(line, file)).run()
-    problems = builder.check()
+    # Ops, slots and symbolic contents are many small acyclic objects (a million ops at 1024 ranks): the cyclic
+    # collector would scan them over and over as they pile up and free nothing.
+    with paused_collector():
+        _Lowering(builder, algorithm, coll, stage=merge == "stage", at=(line, file)).run()
+        problems = builder.check()
     if problems:
         raise LoweringError(f"lowered program {builder.name!r} fails its postcondition: {problems[0]}")
     program = builder.build()
-    if any(send.start_us is not None for _, send in algorithm.sends()):
+    if any(send.start_us is not None for step in algorithm.steps for send in step.sends):
         # A timed (MILP) schedule queues a link's messages in start order: a later message holding lower slots
         # was timed later, and merging it in front makes the earlier chunk wait for it (relays lose their
         # pipelining at large sizes). Runs grow upwards only, as before; the tuner may still ask for both.
@@ -84,10 +88,13 @@ class _Lowering:
         self.current: dict[tuple[int, int], Place] = {}  # (chunk, rank) -> where the rank holds it now
         self.scratch: dict[tuple[int, int], Place] = {}  # (chunk, rank) -> its scratch home
         self.scratch_used: defaultdict[int, int] = defaultdict(int)
+        self._post, self._output_index = coll.post, coll.output_index  # bound once: home() runs per send
         for c, r, i in coll.inputs:
             self.current[(c, r)] = self._alias(r, INPUT, i)
 
     def _alias(self, rank: int, buffer: str, index: int) -> Place:
+        if not self.coll.inplace:
+            return buffer, index
         return alias_slot(self.coll, rank, buffer, index)
 
     def _new_scratch(self, rank: int) -> Place:
@@ -96,8 +103,8 @@ class _Lowering:
         return (SCRATCH, index)
 
     def home(self, chunk: int, rank: int) -> Place:
-        if rank in self.coll.post[chunk]:
-            return self._alias(rank, OUTPUT, self.coll.output_index(chunk, rank))
+        if rank in self._post[chunk]:
+            return self._alias(rank, OUTPUT, self._output_index(chunk, rank))
         if not self.coll.combining and (chunk, rank) in self.current:
             return self.current[(chunk, rank)]  # a non-combining chunk never changes: keep it where it is
         if (chunk, rank) not in self.scratch:
@@ -119,12 +126,13 @@ class _Lowering:
     def _lower_step(self, t: int, sends: list[Send]) -> None:
         # Plan every op against the state at the start of the step.
         planned = []
+        current, home = self.current.get, self.home
         for send in sends:
-            src = self.current.get((send.chunk, send.src))
+            src = current((send.chunk, send.src))
             if src is None:
                 raise LoweringError(f"{self.algorithm.name}: step {t}: rank {send.src} sends chunk {send.chunk} "
                                     "before holding it")
-            planned.append((send, src, self.home(send.chunk, send.dst)))
+            planned.append((send, src, home(send.chunk, send.dst)))
         if self.stage:
             planned = self._stage_groups(t, planned)
         # A link's sends in slot order, so contiguous ones are adjacent (one message); timed (MILP) sends in
@@ -135,20 +143,21 @@ class _Lowering:
         n = self.algorithm.topology.num_ranks if self.algorithm.topology.switches else 0
         planned.sort(key=lambda p: (p[0].start_us or 0.0, p[0].src, (p[0].dst - p[0].src) % n if n else p[0].dst,
                                     p[1], p[2]))
+        copy, now = self._copy, self.current
         for send, src, dst in self._order_reads_before_writes(planned):
             key = (send.chunk, send.dst)
             if send.op == REDUCE:
-                here = self.current.get(key)
+                here = now.get(key)
                 if here is None:
                     raise LoweringError(f"{self.algorithm.name}: step {t}: rank {send.dst} reduces into chunk "
                                         f"{send.chunk} without holding a contribution")
                 if here != dst:  # out-of-place: bring the local contribution to its home first
-                    self._copy(send.dst, here, send.dst, dst)
+                    copy(send.dst, here, send.dst, dst)
                 self._reduce(send.src, src, send.dst, dst)
             else:
-                self._copy(send.src, src, send.dst, dst)
+                copy(send.src, src, send.dst, dst)
             # Sources were fixed when planning, so updating now only affects later reductions into `key`.
-            self.current[key] = dst
+            now[key] = dst
 
     def _stage_groups(self, t: int, planned: list) -> list:
         """Emit every group of two or more sends of this step on one link as one message through scratch

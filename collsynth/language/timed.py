@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from collsynth.core.collector import paused_collector
 from collsynth.core.limits import MAX_STEPS_PER_TB
 from collsynth.language.lower import lower_to_program
 from collsynth.language.program import ChunkOp, Program
@@ -45,4 +46,5 @@ def timed_hints(program: Program) -> Program:
 
 def lower_timed(algorithm: Algorithm, *, protocol: str = "Simple", name: str | None = None) -> Program:
     """`lower_to_program` with the placement of `timed_hints`."""
-    return timed_hints(lower_to_program(algorithm, protocol=protocol, name=name))
+    with paused_collector():  # both build an op per send (a million at 1024 ranks), none of them cyclic
+        return timed_hints(lower_to_program(algorithm, protocol=protocol, name=name))
