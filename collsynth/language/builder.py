@@ -42,6 +42,7 @@ from collsynth.language.program import (
     Slot,
     alias_slot,
     buffer_size,
+    chunk_op,
     where,
 )
 from collsynth.language.symbolic import SymbolicState, check_postcondition
@@ -118,8 +119,12 @@ class ProgramBuilder:
         Program(name, topology, collective, protocol, instances, self.options, buffers=((),))
         self.state = SymbolicState(collective)
         self._ops: list[ChunkOp] = []
-        self._version: dict[tuple[int, str, int], int] = {}  # bumped on every write
+        # Bumped on every write once a reference exists: a reference compares the versions when it was taken with
+        # those when it is used, so writes before the first reference need none (a lowered program, which takes
+        # none, then keeps no two million-entry dictionaries at 1024 ranks).
+        self._version: dict[tuple[int, str, int], int] = {}
         self._written_at: dict[tuple[int, str, int], int] = {}  # line of the last write
+        self._referenced = False  # set by the first ChunkRef
         self._scratch: list[dict[str, int]] = [{} for _ in range(collective.num_ranks)]
         self._alias: Callable[[Collective, int, str, int], tuple[str, int]] = alias_slot
         self._links = topology.link_map
@@ -187,6 +192,8 @@ class ProgramBuilder:
         return tuple(get((rank, buf, i), 0) for i in range(index, index + slot.count))
 
     def _bump(self, slot: Slot, line: int) -> None:
+        if not self._referenced:
+            return
         version, written = self._version, self._written_at
         for i in range(slot.index, slot.end):
             key = (slot.rank, slot.buffer, i)
@@ -266,10 +273,11 @@ class ProgramBuilder:
             named = self._scratch[dst.rank]
             if named.get(buffer, 0) <= dst.index:
                 named[buffer] = dst.index + 1
-        self._ops.append(ChunkOp(op, src, dst, None, None, None, line, file))
+        self._ops.append(chunk_op(op, src, dst, None, None, None, line, file))
         slots[key] = value if op == COPY else tuple(sorted(slots[key] + value))
-        self._version[key] = self._version.get(key, 0) + 1
-        self._written_at[key] = line
+        if self._referenced:
+            self._version[key] = self._version.get(key, 0) + 1
+            self._written_at[key] = line
         return True
 
     def copy(self, ref: ChunkRef, dst: int, buffer: BufferLike | None = None, index: int | None = -1,
@@ -338,6 +346,7 @@ class ChunkRef:
     __slots__ = ("_builder", "slot", "_versions", "_line")
 
     def __init__(self, builder: ProgramBuilder, slot: Slot, versions: tuple[int, ...], line: int) -> None:
+        builder._referenced = True  # from now on every write bumps its slots' versions
         self._builder = builder
         self.slot = slot
         self._versions = versions

@@ -38,7 +38,7 @@ from dataclasses import replace
 from collsynth.collectives import STANDARD, make_collective
 from collsynth.core.collector import paused_collector
 from collsynth.language.builder import ProgramBuilder, caller_location
-from collsynth.language.program import COPY, Program, ProgramError, Slot, alias_slot
+from collsynth.language.program import COPY, Program, ProgramError, Slot, alias_slot, unit_slot
 from collsynth.language.program import REDUCE as ADD
 from collsynth.schedule.algorithm import REDUCE, Algorithm, Send
 from collsynth.topologies import TopologyError, resolve_topology
@@ -212,12 +212,14 @@ class _Lowering:
     def _order_reads_before_writes(self, planned: list) -> list:
         """Program order for one step: an op reading slot X precedes every op writing X (Kahn's algorithm);
         a cycle (two ops overwriting each other's source) is broken by staging a source in scratch."""
+        if {(send.dst, dst) for send, _, dst in planned}.isdisjoint([(send.src, src) for send, src, _ in planned]):
+            return planned  # no op writes what any op reads (the common case, one set): the order stays as it is
         writers: defaultdict[tuple[int, Place], list[int]] = defaultdict(list)
         for k, (send, _, dst) in enumerate(planned):
             writers[(send.dst, dst)].append(k)
         planned = list(planned)
         if not any(w != k for k, (send, src, _) in enumerate(planned) for w in writers.get((send.src, src), ())):
-            return planned  # no op writes what another reads: the order stays as it is
+            return planned  # only ops that read what they write themselves: the order stays as it is
         while True:
             after: list[set[int]] = [set() for _ in planned]  # k -> ops that must come after k
             indegree = [0] * len(planned)
@@ -256,10 +258,11 @@ class _Lowering:
     def _copy(self, src_rank: int, src: Place, dst_rank: int, dst: Place) -> None:
         if src_rank == dst_rank and src == dst:
             return
-        self.builder.emit(COPY, Slot(src_rank, src[0], src[1]), Slot(dst_rank, dst[0], dst[1]), self.line, self.file)
+        self.builder.emit(COPY, unit_slot(src_rank, src[0], src[1]), unit_slot(dst_rank, dst[0], dst[1]), self.line,
+                          self.file)
 
     def _reduce(self, src_rank: int, src: Place, dst_rank: int, dst: Place) -> None:
-        self.builder.emit(ADD, Slot(src_rank, src[0], src[1]), Slot(dst_rank, dst[0], dst[1]), self.line,
+        self.builder.emit(ADD, unit_slot(src_rank, src[0], src[1]), unit_slot(dst_rank, dst[0], dst[1]), self.line,
                           self.file)
 
 

@@ -15,7 +15,7 @@ from dataclasses import replace
 from collsynth.core.collector import paused_collector
 from collsynth.core.limits import MAX_STEPS_PER_TB
 from collsynth.language.lower import lower_to_program
-from collsynth.language.program import ChunkOp, Program
+from collsynth.language.program import Program, chunk_op
 from collsynth.schedule import Algorithm
 
 
@@ -24,22 +24,27 @@ def timed_hints(program: Program) -> Program:
     for local copies; every MAX_STEPS_PER_TB ops on a link move on to a new channel (and threadblock), so no
     threadblock exceeds the runtimes' step limit."""
     tbs: list[dict[tuple[str, int, int], int]] = [{} for _ in range(program.topology.num_ranks)]
-    counts: dict[tuple[int, int], int] = {}  # (src, dst) -> ops so far on that link (src == dst: local copies)
+    # (src, dst) -> [ops so far on that link (src == dst: local copies), sendtb, recvtb, channel]: the
+    # threadblocks of a link change only every MAX_STEPS_PER_TB ops, so most ops need this one look-up.
+    links: dict[tuple[int, int], list] = {}
     ops = []
     for op in program.ops:
         s, d = op.src.rank, op.dst.rank
-        seen = counts.get((s, d), 0)
-        counts[(s, d)] = seen + 1
-        channel = seen // MAX_STEPS_PER_TB
-        if s == d:
-            mine = tbs[s]
-            sendtb = mine.setdefault(("local", s, channel), len(mine))
-            ops.append(ChunkOp(op.op, op.src, op.dst, sendtb, None, 0, op.line, op.file))
-        else:
-            mine, theirs = tbs[s], tbs[d]
-            sendtb = mine.setdefault(("send", d, channel), len(mine))
-            recvtb = theirs.setdefault(("recv", s, channel), len(theirs))
-            ops.append(ChunkOp(op.op, op.src, op.dst, sendtb, recvtb, channel, op.line, op.file))
+        link = links.get((s, d))
+        if link is None:
+            link = links[(s, d)] = [0, 0, None, 0]
+        seen = link[0]
+        link[0] = seen + 1
+        if seen % MAX_STEPS_PER_TB == 0:  # the link's first op on a new channel: place its threadblocks
+            channel = seen // MAX_STEPS_PER_TB
+            if s == d:
+                mine = tbs[s]
+                link[1:] = [mine.setdefault(("local", s, channel), len(mine)), None, 0]
+            else:
+                mine, theirs = tbs[s], tbs[d]
+                link[1:] = [mine.setdefault(("send", d, channel), len(mine)),
+                            theirs.setdefault(("recv", s, channel), len(theirs)), channel]
+        ops.append(chunk_op(op.op, op.src, op.dst, link[1], link[2], link[3], op.line, op.file))
     options = replace(program.options, threadblock_policy="manual", aggregate=False, program_message_order=True)
     return replace(program, ops=tuple(ops), options=options)
 
