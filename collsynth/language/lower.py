@@ -88,7 +88,9 @@ class _Lowering:
         self.current: dict[tuple[int, int], Place] = {}  # (chunk, rank) -> where the rank holds it now
         self.scratch: dict[tuple[int, int], Place] = {}  # (chunk, rank) -> its scratch home
         self.scratch_used: defaultdict[int, int] = defaultdict(int)
-        self._post, self._output_index = coll.post, coll.output_index  # bound once: home() runs per send
+        # (chunk, rank) -> output index on the ranks that must hold the chunk at the end (its postcondition):
+        # home() runs per send, and one look-up answers both "must it?" and "where?".
+        self._outputs = {(c, r): i for c, r, i in coll.outputs}
         for c, r, i in coll.inputs:
             self.current[(c, r)] = self._alias(r, INPUT, i)
 
@@ -103,8 +105,9 @@ class _Lowering:
         return (SCRATCH, index)
 
     def home(self, chunk: int, rank: int) -> Place:
-        if rank in self._post[chunk]:
-            return self._alias(rank, OUTPUT, self._output_index(chunk, rank))
+        index = self._outputs.get((chunk, rank))
+        if index is not None:
+            return self._alias(rank, OUTPUT, index)
         if not self.coll.combining and (chunk, rank) in self.current:
             return self.current[(chunk, rank)]  # a non-combining chunk never changes: keep it where it is
         if (chunk, rank) not in self.scratch:
@@ -114,14 +117,21 @@ class _Lowering:
     def run(self) -> None:
         for t, step in enumerate(self.algorithm.steps):
             self._lower_step(t, _dedupe(step.sends, self.coll.combining, self.current))
-        for c in range(self.coll.num_chunks):
-            for r in sorted(self.coll.post[c]):
-                where, home = self.current.get((c, r)), self.home(c, r)
-                if where is None:
-                    raise LoweringError(f"{self.algorithm.name}: rank {r} never receives chunk {c}")
-                if where != home:
-                    self._copy(r, where, r, home)
-                    self.current[(c, r)] = home
+        # Every (chunk, rank) of the postcondition, in (chunk, rank) order: it must hold the chunk, in its home
+        # slot. One pass over the outputs finds the few that do not already (a rank's own chunk of an AllGather);
+        # only those are looked at again, in order (a copy changes only its own pair).
+        current, alias, pending = self.current.get, self._alias, set()
+        for c, r, i in self.coll.outputs:
+            where = current((c, r))
+            if where is None or where != alias(r, OUTPUT, i):
+                pending.add((c, r))
+        for c, r in sorted(pending):
+            where, home = current((c, r)), self.home(c, r)
+            if where is None:
+                raise LoweringError(f"{self.algorithm.name}: rank {r} never receives chunk {c}")
+            if where != home:
+                self._copy(r, where, r, home)
+                self.current[(c, r)] = home
 
     def _lower_step(self, t: int, sends: list[Send]) -> None:
         # Plan every op against the state at the start of the step.

@@ -123,6 +123,8 @@ def check_postcondition(state: SymbolicState, limit: int = 20) -> list[str]:
     # and a combining chunk's expected content is built once, not once per rank.
     slots, inplace, combining, input_chunk = state.slots, coll.inplace, coll.combining, coll.input_chunk
     expected: dict[int, Content] = {}
+    # contribution -> the input chunk it is (input_chunk, as a list: one small array instead of a look-up per slot)
+    chunk_of: list[int | None] = [input_chunk(c // width, c % width) for c in range(coll.num_ranks * width)]
     for chunk, rank, index in coll.outputs:
         have = state.content(rank, OUTPUT, index) if inplace else slots.get((rank, OUTPUT, index))
         if combining:
@@ -130,7 +132,8 @@ def check_postcondition(state: SymbolicState, limit: int = 20) -> list[str]:
                 expected[chunk] = expected_content(coll, chunk)
             ok = have == expected[chunk]
         else:
-            ok = have is not None and len(have) == 1 and input_chunk(have[0] // width, have[0] % width) == chunk
+            ok = (have is not None and len(have) == 1
+                  and (chunk_of[have[0]] if 0 <= have[0] < len(chunk_of) else None) == chunk)
         if not ok:
             want = (f"the sum of chunk {chunk} over ranks {sorted(coll.pre[chunk])}" if combining
                     else f"chunk {chunk}")

@@ -1,18 +1,24 @@
 """The lowering's fast paths (issue 10: a million ops at 1024 ranks) give exactly what the general code gives:
 the direct constructors build equal slots and ops, `emit`'s one-chunk path equals its general path (ops, state,
 scratch sizes, error messages), references taken after generated ops still see later writes as stale, and
-`timed_hints` places every op as the one-dictionary-per-op placement it replaced."""
+`timed_hints` places every op as the one-dictionary-per-op placement it replaced, and the lowering as a whole
+gives the program main's lowering gave (tests/language/lower_before.py)."""
+
+from dataclasses import replace
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from lower_before import lower_before
 from test_lower import ALGORITHMS
 from test_lower_emit import greedy_allgather
+from test_lower_merge import random_gathers
 
 import collsynth.language.timed as timed
 from collsynth.collectives import make_collective
 from collsynth.language import ProgramBuilder, ProgramError
-from collsynth.language.lower import lower_to_program
+from collsynth.language.builder import caller_location
+from collsynth.language.lower import LoweringError, lower_to_program
 from collsynth.language.program import COPY, REDUCE, ChunkOp, Program, Slot, chunk_op, unit_slot
 from collsynth.topologies import fully_connected, ring
 
@@ -110,3 +116,36 @@ def test_timed_hints_place_ops_as_before(name, steps_per_tb, monkeypatch):
     program = lower_to_program(CASES[name]())
     placed = timed.timed_hints(program)
     assert [(op, op.file) for op in placed.ops] == [(op, op.file) for op in _placed_as_before(program)]
+
+
+def _same_as_before(algorithm, merge: str, instances: int = 1) -> None:
+    program = lower_to_program(algorithm, merge=merge, instances=instances)
+    first = program.ops[0] if program.ops else None
+    before = lower_before(algorithm, (first.line, first.file) if first else caller_location(), merge=merge,
+                          instances=instances)
+    assert program == before and program.buffers == before.buffers
+    assert [op.file for op in program.ops] == [op.file for op in before.ops]
+
+
+@pytest.mark.parametrize("merge", ["contiguous", "stage"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_lowering_gives_the_program_main_gave(name, merge):
+    _same_as_before(CASES[name](), merge)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.large_base_example])
+@given(random_gathers())
+def test_lowering_of_random_schedules_gives_the_program_main_gave(case):
+    algorithm, merge, _, _, instances, _ = case
+    _same_as_before(algorithm, merge, instances)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_schedule_cut_short_fails_as_before(name):
+    algorithm = CASES[name]()
+    cut = replace(algorithm, steps=algorithm.steps[:-1])
+    with pytest.raises(LoweringError) as now:
+        lower_to_program(cut)
+    with pytest.raises(LoweringError) as before:
+        lower_before(cut, (0, ""))
+    assert str(now.value) == str(before.value)
