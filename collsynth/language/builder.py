@@ -48,6 +48,7 @@ from collsynth.language.program import (
 from collsynth.language.symbolic import SymbolicState, check_postcondition
 from collsynth.topologies import Topology
 
+NO_HINTS: tuple[None, None, None] = (None, None, None)  # emit(): let the compiler place the op
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 # Where built programs (and XML() results) are collected while `collsynth compile` runs a DSL file.
@@ -238,11 +239,13 @@ class ProgramBuilder:
             self.state.reduce(src, dst)
         self._bump(dst, line)
 
-    def emit(self, op: str, src: Slot, dst: Slot, line: int = 0, file: str = "") -> None:
-        """Record one op on resolved slots (no alias resolution, no hints): the path of generated programs
-        (language/lower.py), which hold no references. The checks that generated ops can fail stay: the link,
-        overlapping local slots, data in every slot read (symbolic execution), the scratch sizes."""
-        if src.count == 1 and dst.count == 1 and self._emit_unit(op, src, dst, line, file):
+    def emit(self, op: str, src: Slot, dst: Slot, line: int = 0, file: str = "",
+             hints: tuple[int | None, int | None, int | None] = NO_HINTS) -> None:
+        """Record one op on resolved slots (no alias resolution; hints as (sendtb, recvtb, channel)): the path of
+        generated programs (language/lower.py), which hold no references. The checks that generated ops can
+        fail stay: the link, overlapping local slots, data in every slot read (symbolic execution), the scratch
+        sizes, the hints."""
+        if src.count == 1 and dst.count == 1 and self._emit_unit(op, src, dst, line, file, hints):
             return
         for slot in (src, dst) if op == REDUCE else (src,):
             missing = self.state.first_unwritten(slot)
@@ -252,9 +255,10 @@ class ProgramBuilder:
         if is_scratch(dst.buffer):
             named = self._scratch[dst.rank]
             named[dst.buffer] = max(named.get(dst.buffer, 0), dst.end)
-        self._record(op, src, dst, None, None, None, line, file)
+        self._record(op, src, dst, *hints, line, file)
 
-    def _emit_unit(self, op: str, src: Slot, dst: Slot, line: int, file: str) -> bool:
+    def _emit_unit(self, op: str, src: Slot, dst: Slot, line: int, file: str,
+                   hints: tuple[int | None, int | None, int | None]) -> bool:
         """`emit` of one chunk, the lowering's hot path (a million ops at 1024 ranks): the same checks, state
         updates and op as the general path, in fewer dictionary look-ups. False, with nothing changed, where a
         check fails: the general path then raises its message."""
@@ -263,6 +267,11 @@ class ProgramBuilder:
         key = (dst.rank, dst.buffer, dst.index)
         if value is None or (op == REDUCE and key not in slots) or (op != COPY and op != REDUCE):
             return False
+        sendtb, recvtb, channel = hints
+        if hints is not NO_HINTS and not ((sendtb is None or type(sendtb) is int and sendtb >= 0)  # noqa: E721
+                                          and (recvtb is None or type(recvtb) is int and recvtb >= 0)  # noqa: E721
+                                          and (channel is None or type(channel) is int and channel >= 0)):  # noqa: E721
+            return False  # -1, bools and other integral types: the general path converts or refuses them
         if src.rank != dst.rank:
             if (src.rank, dst.rank) not in self._links:
                 return False
@@ -273,7 +282,7 @@ class ProgramBuilder:
             named = self._scratch[dst.rank]
             if named.get(buffer, 0) <= dst.index:
                 named[buffer] = dst.index + 1
-        self._ops.append(chunk_op(op, src, dst, None, None, None, line, file))
+        self._ops.append(chunk_op(op, src, dst, sendtb, recvtb, channel, line, file))
         slots[key] = value if op == COPY else tuple(sorted(slots[key] + value))
         if self._referenced:
             self._version[key] = self._version.get(key, 0) + 1

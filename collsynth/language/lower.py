@@ -33,11 +33,12 @@ from __future__ import annotations
 import heapq
 import json
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import replace
 
 from collsynth.collectives import STANDARD, make_collective
 from collsynth.core.collector import paused_collector
-from collsynth.language.builder import ProgramBuilder, caller_location
+from collsynth.language.builder import NO_HINTS, ProgramBuilder, caller_location
 from collsynth.language.program import COPY, Program, ProgramError, Slot, alias_slot, unit_slot
 from collsynth.language.program import REDUCE as ADD
 from collsynth.schedule.algorithm import REDUCE, Algorithm, Send
@@ -58,6 +59,21 @@ def lower_to_program(algorithm: Algorithm, *, instances: int = 1, protocol: str 
                      inplace: bool | None = None, merge: str = "contiguous") -> Program:
     """A DSL program that moves (and reduces) chunks exactly as `algorithm` does; `merge` says how the
     sends of one step on one link become one message (see the module docstring)."""
+    return _lower(algorithm, None, instances=instances, protocol=protocol, name=name, inplace=inplace, merge=merge)
+
+
+Placement = Callable[[int, int], tuple[int | None, int | None, int | None]]
+
+
+def lower_placed(algorithm: Algorithm, place: Placement, *, protocol: str = "Simple",
+                 name: str | None = None) -> Program:
+    """`lower_to_program`, each op given the hints (sendtb, recvtb, channel) that `place(src rank, dst rank)`
+    returns, called once per op in program order (language/timed.py)."""
+    return _lower(algorithm, place, protocol=protocol, name=name)
+
+
+def _lower(algorithm: Algorithm, place: Placement | None, *, instances: int = 1, protocol: str = "Simple",
+           name: str | None = None, inplace: bool | None = None, merge: str = "contiguous") -> Program:
     if merge not in MERGE_MODES:
         raise LoweringError(f"merge must be one of {', '.join(MERGE_MODES)}, got {merge!r}")
     coll = algorithm.collective if inplace is None else algorithm.collective.with_inplace(inplace)
@@ -67,7 +83,7 @@ def lower_to_program(algorithm: Algorithm, *, instances: int = 1, protocol: str 
     # Ops, slots and symbolic contents are many small acyclic objects (a million ops at 1024 ranks): the cyclic
     # collector would scan them over and over as they pile up and free nothing.
     with paused_collector():
-        _Lowering(builder, algorithm, coll, stage=merge == "stage", at=(line, file)).run()
+        _Lowering(builder, algorithm, coll, stage=merge == "stage", at=(line, file), place=place).run()
         problems = builder.check()
     if problems:
         raise LoweringError(f"lowered program {builder.name!r} fails its postcondition: {problems[0]}")
@@ -82,8 +98,8 @@ def lower_to_program(algorithm: Algorithm, *, instances: int = 1, protocol: str 
 
 class _Lowering:
     def __init__(self, builder: ProgramBuilder, algorithm: Algorithm, coll, stage: bool = False,
-                 at: tuple[int, str] = (0, "")) -> None:
-        self.builder, self.algorithm, self.coll, self.stage = builder, algorithm, coll, stage
+                 at: tuple[int, str] = (0, ""), place: Placement | None = None) -> None:
+        self.builder, self.algorithm, self.coll, self.stage, self.place = builder, algorithm, coll, stage, place
         self.line, self.file = at
         self.current: dict[tuple[int, int], Place] = {}  # (chunk, rank) -> where the rank holds it now
         self.scratch: dict[tuple[int, int], Place] = {}  # (chunk, rank) -> its scratch home
@@ -158,7 +174,7 @@ class _Lowering:
         keys = [(send.start_us or 0.0, send.src, (send.dst - send.src) % n if n else send.dst, src, dst)
                 for send, src, dst in planned]
         planned = [planned[k] for k in sorted(range(len(planned)), key=keys.__getitem__)]  # stable, as a sort by key
-        emit, line, file, now = self.builder.emit, self.line, self.file, self.current
+        emit, line, file, now, place = self.builder.emit, self.line, self.file, self.current, self.place
         for send, src, dst in self._order_reads_before_writes(planned):
             key = (send.chunk, send.dst)
             if send.op == REDUCE:
@@ -170,7 +186,8 @@ class _Lowering:
                     self._copy(send.dst, here, send.dst, dst)
                 self._reduce(send.src, src, send.dst, dst)
             elif send.src != send.dst:  # _copy, inlined: a send between two ranks is never a no-op
-                emit(COPY, unit_slot(send.src, src[0], src[1]), unit_slot(send.dst, dst[0], dst[1]), line, file)
+                emit(COPY, unit_slot(send.src, src[0], src[1]), unit_slot(send.dst, dst[0], dst[1]), line, file,
+                     NO_HINTS if place is None else place(send.src, send.dst))
             else:
                 self._copy(send.src, src, send.dst, dst)
             # Sources were fixed when planning, so updating now only affects later reductions into `key`.
@@ -204,8 +221,8 @@ class _Lowering:
             else:
                 first = self._new_block(d, len(group))
                 targets = [(SCRATCH, first + k) for k in range(len(group))]
-            self.builder.emit(COPY, Slot(s, block[0][0], block[0][1], len(group)),
-                              Slot(d, targets[0][0], targets[0][1], len(group)), self.line, self.file)
+            self._emit(COPY, Slot(s, block[0][0], block[0][1], len(group)),
+                       Slot(d, targets[0][0], targets[0][1], len(group)))
             for (send, _, home), target in zip(group, targets, strict=True):
                 key = (send.chunk, d)
                 if reducing:
@@ -275,12 +292,14 @@ class _Lowering:
     def _copy(self, src_rank: int, src: Place, dst_rank: int, dst: Place) -> None:
         if src_rank == dst_rank and src == dst:
             return
-        self.builder.emit(COPY, unit_slot(src_rank, src[0], src[1]), unit_slot(dst_rank, dst[0], dst[1]), self.line,
-                          self.file)
+        self._emit(COPY, unit_slot(src_rank, src[0], src[1]), unit_slot(dst_rank, dst[0], dst[1]))
 
     def _reduce(self, src_rank: int, src: Place, dst_rank: int, dst: Place) -> None:
-        self.builder.emit(ADD, unit_slot(src_rank, src[0], src[1]), unit_slot(dst_rank, dst[0], dst[1]), self.line,
-                          self.file)
+        self._emit(ADD, unit_slot(src_rank, src[0], src[1]), unit_slot(dst_rank, dst[0], dst[1]))
+
+    def _emit(self, op: str, src: Slot, dst: Slot) -> None:
+        hints = NO_HINTS if self.place is None else self.place(src.rank, dst.rank)
+        self.builder.emit(op, src, dst, self.line, self.file, hints)
 
 
 def _contiguous(slots: list[Place]) -> bool:

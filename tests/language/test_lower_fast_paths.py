@@ -18,7 +18,7 @@ import collsynth.language.timed as timed
 from collsynth.collectives import make_collective
 from collsynth.language import ProgramBuilder, ProgramError
 from collsynth.language.builder import caller_location
-from collsynth.language.lower import LoweringError, lower_to_program
+from collsynth.language.lower import LoweringError, _lower, lower_to_program
 from collsynth.language.program import COPY, REDUCE, ChunkOp, Program, Slot, chunk_op, unit_slot
 from collsynth.topologies import fully_connected, ring
 
@@ -149,3 +149,45 @@ def test_a_schedule_cut_short_fails_as_before(name):
     with pytest.raises(LoweringError) as before:
         lower_before(cut, (0, ""))
     assert str(now.value) == str(before.value)
+
+
+@pytest.mark.parametrize("steps_per_tb", [1, 2, 256])
+@pytest.mark.parametrize("merge", ["contiguous", "stage"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_placing_ops_as_they_are_emitted_equals_placing_the_lowered_program(name, merge, steps_per_tb, monkeypatch):
+    monkeypatch.setattr(timed, "MAX_STEPS_PER_TB", steps_per_tb)
+    algorithm = CASES[name]()
+
+    def both() -> tuple[Program, Program]:  # one line: both lowerings' ops carry the same location
+        return timed.timed_hints(lower_to_program(algorithm, merge=merge)), _lower(algorithm, placement, merge=merge)
+
+    placement = timed.TimedPlacement(algorithm.topology.num_ranks)
+    after, during = both()
+    during = replace(during, options=timed._timed_options(during.options))
+    assert during == after and during.buffers == after.buffers
+    assert [op.file for op in during.ops] == [op.file for op in after.ops]
+
+
+def test_lower_timed_is_timed_hints_of_the_lowering():
+    algorithm = greedy_allgather("torus:3x3")
+
+    def both() -> tuple[Program, Program]:
+        return timed.lower_timed(algorithm), timed.timed_hints(lower_to_program(algorithm))
+
+    during, after = both()
+    assert during == after and during.buffers == after.buffers
+
+
+@pytest.mark.parametrize("hints", [(-1, None, None), (True, 0, 0), (0, 1, -2)])
+def test_emit_refuses_or_converts_hints_as_the_general_path(hints, monkeypatch):
+    def emitted() -> tuple:
+        b = ProgramBuilder("p", ring(3), make_collective("allgather", 3))
+        try:
+            b.emit(COPY, Slot(0, "input", 0), Slot(1, "output", 0), 3, "f.py", hints)
+        except ProgramError as exc:
+            return str(exc)
+        return b.ops
+
+    fast = emitted()
+    _general_only(monkeypatch)
+    assert fast == emitted()
