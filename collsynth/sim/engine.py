@@ -282,6 +282,7 @@ def _run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, lo
     first = [g for g in range(ntbs) if total[g]]
     times = [0.0] if first else []
     due: dict[float, list[int]] = {0.0: first}
+    queued: list[int] | None
     push = heapq.heappush
     pop = heapq.heappop
     replace = heapq.heapreplace
@@ -290,9 +291,9 @@ def _run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, lo
     # run: it goes on instead (the same order of events, without queueing it).
     while times:
         t = times[0]
-        queued = due[t]
-        g = queued.pop(0)
-        if not queued:
+        bucket = due[t]
+        g = bucket.pop(0)
+        if not bucket:
             pop(times)
             del due[t]
         tb_work, n, end, done_g, waiters, per_tile_r, per_tile_s = tbs[g]
@@ -418,8 +419,11 @@ def _run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, lo
                      step_end_us=tuple(done))
 
 
-_WorkItem = tuple[list[float] | None, dict[int, list[int]] | None, int, int, int, int, int, int, int, float,
+_WorkItem = tuple[list[float] | None, dict[int, list[int]], int, int, int, int, int, int, int, float,
                   tuple[int, ...]]
+
+
+_NO_WAITERS: dict[int, list[int]] = {}  # a step without a dependency (never read: its dependency is None)
 
 
 def _work(plan_: Plan, slice_mb: float, done: list[list[float]], dep_waiters: list[dict[int, list[int]]], *,
@@ -443,7 +447,7 @@ def _work(plan_: Plan, slice_mb: float, done: list[list[float]], dep_waiters: li
                 dur = local_alpha_us + st.cnt * slice_mb * (reduce_beta if st.reduces else local_beta_us_per_mb)
             else:
                 dur = 0.0
-            items.append((done[dg] if dg >= 0 else None, dep_waiters[dg] if dg >= 0 else None,
+            items.append((done[dg] if dg >= 0 else None, dep_waiters[dg] if dg >= 0 else _NO_WAITERS,
                           nsteps[dg] if dg >= 0 else 0, st.dep_step, st.recv_conn, r_at, st.send_conn, s_at,
                           st.link, dur, st.switches))
             r_at += st.recv_conn >= 0
