@@ -32,13 +32,12 @@ The model (what a threadblock, a connection, a link and a switch do):
   `local_alpha_us + MB * beta` per tile, beta `local_beta_us_per_mb` for cpy and `reduce_beta_us_per_mb` for re
   (collsynth.core.costs, the one table the exporters share); nop costs nothing.
 
-Everything here is size-independent planning (`plan`) plus one event loop (`run`) driven by a heap.
+Everything here is size-independent planning (`plan`) plus one event loop (`run`) driven by a queue of due times.
 """
 
 from __future__ import annotations
 
 import heapq
-import itertools
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -236,7 +235,7 @@ def run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, loc
     raise NotFaster as soon as the makespan is proved to be at least that (a link's sends run one at a time,
     so the makespan is at least when the link is next free plus every transfer still to go on it); a run
     that is not stopped is the same run as without it. The cyclic garbage collector is paused meanwhile: the
-    loop allocates a tuple per heap entry and frees nothing cyclic."""
+    loop allocates a list per queued time and frees nothing cyclic."""
     with paused_collector():
         return _run(plan_, slice_mb, ntiles, local_alpha_us=local_alpha_us,
                     local_beta_us_per_mb=local_beta_us_per_mb, fifo_slots=fifo_slots,
@@ -249,131 +248,166 @@ def _run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, lo
     ntbs = len(steps)
     nsteps = [len(tb) for tb in steps]
     total = [n * ntiles for n in nsteps]
-    reduce_beta = local_beta_us_per_mb if reduce_beta_us_per_mb is None else reduce_beta_us_per_mb
-    # per step: what the loop reads, with the step's duration (its transfer's, or a standalone local step's)
-    work = [[(st.dep_tb, st.dep_step, st.recv_conn, st.send_conn, st.link, st.switches, st.local,
-              st.alpha_us + st.cnt * slice_mb * st.beta_us_per_mb if st.send_conn >= 0
-              else local_alpha_us + st.cnt * slice_mb * (reduce_beta if st.reduces else local_beta_us_per_mb)
-              if st.local else 0.0) for st in tb] for tb in steps]
     done = [[-1.0] * t for t in total]  # finish time of each (tile, step); -1 while unknown
+    dep_waiters: list[dict[int, list[int]]] = [{} for _ in range(ntbs)]  # per tb: its step -> tbs waiting
+    work = _work(plan_, slice_mb, done, dep_waiters, local_alpha_us=local_alpha_us,
+                 local_beta_us_per_mb=local_beta_us_per_mb, reduce_beta_us_per_mb=reduce_beta_us_per_mb)
     stop = stop_at * (1 + STOP_MARGIN)
+    stopping = math.isfinite(stop)
     to_go = [0.0] * plan_.num_links  # per link: the transfer time of its sends not yet started
-    if math.isfinite(stop):
+    if stopping:
         for tb_work in work:
             for item in tb_work:
-                if item[3] >= 0:  # a send: its link, its transfer time
-                    to_go[item[4]] += item[7] * ntiles
+                if item[6] >= 0:  # a send: its link, its transfer time
+                    to_go[item[8]] += item[9] * ntiles
     pc = [0] * ntbs  # next (tile * nsteps + step) to run
     free = [0.0] * ntbs  # when the threadblock's previous step finished
     nconn = len(plan_.connections)
-    arrivals: list[list[float]] = [[] for _ in range(nconn)]
-    recv_next = [0] * nconn
-    conn_waiter = [-1] * nconn
+    arrivals: list[list[float]] = [[] for _ in range(nconn)]  # arrival times of each connection's sends
+    conn_waiter = [-1] * nconn  # the receiver waiting for a message on the connection
     consumed: list[list[float]] = [[] for _ in range(nconn)]  # finish times of each connection's receives
-    sent = [0] * nconn
     slot_waiter = [-1] * nconn  # the sender waiting for a free slot on the connection
     slots = fifo_slots if fifo_slots is not None else -1
-    dep_waiters: list[dict[int, list[int]]] = [{} for _ in range(ntbs)]  # per tb: its step -> tbs waiting
+    bounded = slots >= 0
     link_free = [0.0] * plan_.num_links
     lanes = [[0.0] * b for b in plan_.switch_lanes]  # min-heaps of lane free times
     tile_end = [0.0] * ntiles
-    seq = itertools.count()
-    heap = [(0.0, next(seq), g) for g in range(ntbs) if total[g]]
-    heapq.heapify(heap)
+    # a connection has one sending and one receiving threadblock, which run their steps in order: the k-th
+    # receive (send) on it is tile * (receives per tile) + the step's rank among its threadblock's receives
+    tbs = [(work[g], nsteps[g], total[g], done[g], dep_waiters[g], sum(1 for st in steps[g] if st.recv_conn >= 0),
+            sum(1 for st in steps[g] if st.send_conn >= 0)) for g in range(ntbs)]
+    # The event queue: the distinct times at which threadblocks are due (a heap of floats) and, per time, the
+    # threadblocks due then in the order they were queued: the order of a heap of (time, sequence number,
+    # threadblock), without comparing tuples.
+    first = [g for g in range(ntbs) if total[g]]
+    times = [0.0] if first else []
+    due: dict[float, list[int]] = {0.0: first}
+    queued: list[int] | None
     push = heapq.heappush
     pop = heapq.heappop
     replace = heapq.heapreplace
 
-    # The heap orders (time, sequence number, threadblock). Where a threadblock would be pushed at a time
-    # strictly before everything in the heap, the pop that follows would return it at once: it goes on instead
-    # (the same order of events, without the push and pop).
-    while heap:
-        t, _, g = pop(heap)
-        tb_work = work[g]
-        n = nsteps[g]
-        end = total[g]
-        done_g = done[g]
-        while True:
-            p = pc[g]
-            if p == end:
-                break
-            tile, s = divmod(p, n)
-            dg, dstep, rc, sc, link, switches, local, dur = tb_work[s]
-            ready = free[g]
-            if dg >= 0:
-                di = tile * nsteps[dg] + dstep
-                d = done[dg][di]
+    # Where a threadblock would be queued at a time strictly before every queued time, it would be the next to
+    # run: it goes on instead (the same order of events, without queueing it).
+    while times:
+        t = times[0]
+        bucket = due[t]
+        g = bucket.pop(0)
+        if not bucket:
+            pop(times)
+            del due[t]
+        tb_work, n, end, done_g, waiters, per_tile_r, per_tile_s = tbs[g]
+        p = pc[g]
+        f = free[g]
+        tile, s = divmod(p, n)
+        while p != end:
+            dep_done, dep_waiting, dep_n, dep_step, rc, r_at, sc, s_at, link, dur, switches = tb_work[s]
+            ready = f
+            if dep_done is not None:
+                di = tile * dep_n + dep_step
+                d = dep_done[di]
                 if d < 0.0:
-                    dep_waiters[dg].setdefault(di, []).append(g)
+                    dep_waiting.setdefault(di, []).append(g)
                     break
                 if d > ready:
                     ready = d
             if rc >= 0:
-                k = recv_next[rc]
                 arrived = arrivals[rc]
+                k = tile * per_tile_r + r_at
                 if k >= len(arrived):
                     conn_waiter[rc] = g
                     break
                 if arrived[k] > ready:
                     ready = arrived[k]
-            if sc >= 0 and slots >= 0 and sent[sc] >= slots:
-                freed = consumed[sc]
-                j = sent[sc] - slots  # this send takes the slot that receive j frees
-                if j >= len(freed):
-                    slot_waiter[sc] = g
-                    break
-                if freed[j] > ready:
-                    ready = freed[j]
+            if sc >= 0 and bounded:
+                j = tile * per_tile_s + s_at - slots  # this send takes the slot that receive j frees
+                if j >= 0:
+                    freed = consumed[sc]
+                    if j >= len(freed):
+                        slot_waiter[sc] = g
+                        break
+                    if freed[j] > ready:
+                        ready = freed[j]
             if ready > t:
-                if heap and ready >= heap[0][0]:
-                    push(heap, (ready, next(seq), g))
+                if times and ready >= times[0]:
+                    queued = due.get(ready)
+                    if queued is None:
+                        due[ready] = [g]
+                        push(times, ready)
+                    else:
+                        queued.append(g)
                     break
                 t = ready
-            finish = t
-            if rc >= 0:
-                recv_next[rc] += 1
-            if local:
-                finish = t + dur
             if sc >= 0:
-                sent[sc] += 1
-                start = link_free[link] if link_free[link] > t else t
-                for sw in switches:
-                    if lanes[sw][0] > start:
-                        start = lanes[sw][0]
+                start = link_free[link]
+                if t > start:
+                    start = t
+                if switches:
+                    for sw in switches:
+                        if lanes[sw][0] > start:
+                            start = lanes[sw][0]
                 finish = start + dur
                 link_free[link] = finish
-                to_go[link] -= dur
-                if finish + to_go[link] >= stop:
-                    raise NotFaster(f"the makespan is at least {finish + to_go[link]} us")
-                for sw in switches:
-                    replace(lanes[sw], finish)
+                if stopping:
+                    to_go[link] -= dur
+                    if finish + to_go[link] >= stop:
+                        raise NotFaster(f"the makespan is at least {finish + to_go[link]} us")
+                if switches:
+                    for sw in switches:
+                        replace(lanes[sw], finish)
                 arrivals[sc].append(finish)
-                waiter = conn_waiter[sc]
-                if waiter >= 0:
+                w = conn_waiter[sc]
+                if w >= 0:
                     conn_waiter[sc] = -1
-                    push(heap, (finish, next(seq), waiter))
-            if rc >= 0:
+                    queued = due.get(finish)
+                    if queued is None:
+                        due[finish] = [w]
+                        push(times, finish)
+                    else:
+                        queued.append(w)
+            else:
+                finish = t + dur  # a standalone local step's time; 0.0 for the others
+            if rc >= 0 and bounded:
                 consumed[rc].append(finish)  # the receiving step is done with its slot
-                waiter = slot_waiter[rc]
-                if waiter >= 0:
+                w = slot_waiter[rc]
+                if w >= 0:
                     slot_waiter[rc] = -1
-                    push(heap, (finish, next(seq), waiter))
+                    queued = due.get(finish)
+                    if queued is None:
+                        due[finish] = [w]
+                        push(times, finish)
+                    else:
+                        queued.append(w)
             done_g[p] = finish
-            waiters = dep_waiters[g]
             if waiters:
                 waiting = waiters.pop(p, None)
                 if waiting:
-                    for w in waiting:
-                        push(heap, (finish, next(seq), w))
-            free[g] = finish
-            pc[g] = p + 1
-            if s == n - 1 and finish > tile_end[tile]:
-                tile_end[tile] = finish
+                    queued = due.get(finish)
+                    if queued is None:
+                        due[finish] = waiting
+                        push(times, finish)
+                    else:
+                        queued += waiting
+            f = finish
+            p += 1
+            s += 1
+            if s == n:
+                if finish > tile_end[tile]:
+                    tile_end[tile] = finish
+                s = 0
+                tile += 1
             if finish > t:
-                if heap and finish >= heap[0][0]:
-                    push(heap, (finish, next(seq), g))
+                if times and finish >= times[0]:
+                    queued = due.get(finish)
+                    if queued is None:
+                        due[finish] = [g]
+                        push(times, finish)
+                    else:
+                        queued.append(g)
                     break
                 t = finish
+        pc[g] = p
+        free[g] = f
 
     stuck = [g for g in range(ntbs) if pc[g] < total[g]]
     if stuck:
@@ -383,6 +417,43 @@ def _run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, lo
                        "sends and receives on each connection and the step dependencies")
     return RunResult(time_us=max(free, default=0.0), tile_end_us=tuple(tile_end),
                      step_end_us=tuple(done))
+
+
+_WorkItem = tuple[list[float] | None, dict[int, list[int]], int, int, int, int, int, int, int, float,
+                  tuple[int, ...]]
+
+
+_NO_WAITERS: dict[int, list[int]] = {}  # a step without a dependency (never read: its dependency is None)
+
+
+def _work(plan_: Plan, slice_mb: float, done: list[list[float]], dep_waiters: list[dict[int, list[int]]], *,
+          local_alpha_us: float, local_beta_us_per_mb: float,
+          reduce_beta_us_per_mb: float | None) -> list[list[_WorkItem]]:
+    """Per step, what the event loop reads: its dependency's finish times and waiters (None: no dependency),
+    that threadblock's steps and the dependency's position; its receive connection and its rank among its
+    threadblock's receives; its send connection and its rank among the sends; its link, its duration (its
+    transfer's, a standalone local step's, else 0) and its switches."""
+    reduce_beta = local_beta_us_per_mb if reduce_beta_us_per_mb is None else reduce_beta_us_per_mb
+    nsteps = [len(tb) for tb in plan_.steps]
+    work = []
+    for tb in plan_.steps:
+        items = []
+        r_at = s_at = 0
+        for st in tb:
+            dg = st.dep_tb
+            if st.send_conn >= 0:
+                dur = st.alpha_us + st.cnt * slice_mb * st.beta_us_per_mb
+            elif st.local:
+                dur = local_alpha_us + st.cnt * slice_mb * (reduce_beta if st.reduces else local_beta_us_per_mb)
+            else:
+                dur = 0.0
+            items.append((done[dg] if dg >= 0 else None, dep_waiters[dg] if dg >= 0 else _NO_WAITERS,
+                          nsteps[dg] if dg >= 0 else 0, st.dep_step, st.recv_conn, r_at, st.send_conn, s_at,
+                          st.link, dur, st.switches))
+            r_at += st.recv_conn >= 0
+            s_at += st.send_conn >= 0
+        work.append(items)
+    return work
 
 
 @dataclass(frozen=True)
