@@ -30,11 +30,13 @@ operands it needs by step type and ignores the others.
 from __future__ import annotations
 
 import json
+from collections import deque
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from functools import partial
-from itertools import chain, compress
-from operator import attrgetter
-from typing import NamedTuple
+from itertools import chain, compress, repeat
+from operator import attrgetter, itemgetter
+from typing import Any, NamedTuple
 
 from collsynth.collectives import Collective
 from collsynth.compiler.dag import Instr
@@ -382,47 +384,51 @@ _NO_DEP = (-1, -1)  # depid, deps of a step that waits for nothing
 
 # Step is a frozen dataclass with slots: its __init__ sets every field through object.__setattr__, which costs
 # about three times as much as storing into the slots directly. The IR has one Step per step (millions at 1024
-# ranks), so lower_to_ir fills the slots itself: the same object, made the cheaper way (tests/compiler checks
-# that it equals the one Step(...) makes).
+# ranks), so lower_to_ir fills the slots itself, one field of every step at a time, each a loop in C (map over
+# the slot's setter): the same objects, made the cheaper way (tests/compiler checks that they equal Step(...)).
 _STEP_SLOTS = tuple(Step.__dict__[f.name].__set__ for f in fields(Step))
 
 
-def step_of_fields(s: int, type: str, srcbuf: str, srcoff: int, dstbuf: str, dstoff: int, cnt: int, depid: int,
-                   deps: int, hasdep: bool) -> Step:
-    """Step(s, type, ..., hasdep), without the frozen dataclass's __init__."""
-    step = object.__new__(Step)
-    f0, f1, f2, f3, f4, f5, f6, f7, f8, f9 = _STEP_SLOTS
-    f0(step, s)
-    f1(step, type)
-    f2(step, srcbuf)
-    f3(step, srcoff)
-    f4(step, dstbuf)
-    f5(step, dstoff)
-    f6(step, cnt)
-    f7(step, depid)
-    f8(step, deps)
-    f9(step, hasdep)
-    return step
+def steps_of_columns(count: int, columns: Sequence[Iterable[Any]]) -> list[Step]:
+    """`count` Steps, step k from the k-th value of every column (one column per Step field, in field order),
+    without the frozen dataclass's __init__."""
+    if len(columns) != len(_STEP_SLOTS):
+        raise ValueError(f"a Step has {len(_STEP_SLOTS)} fields, got {len(columns)} columns")
+    steps = list(map(object.__new__, repeat(Step, count)))
+    for store, column in zip(_STEP_SLOTS, columns, strict=True):
+        deque(map(store, steps, column), maxlen=0)  # consumes the map: stores the field of every step
+    return steps
 
 
 def lower_to_ir(tbprog: TbProgram) -> Algo:
     """The MSCCL-IR `Algo` (nops inserted first: every step has at most one dependency)."""
+    all_tbs = [tb for tbs in tbprog.gpus for tb in tbs]
+    lengths = list(map(len, map(_STEPS, all_tbs)))
+    lsteps = list(chain.from_iterable(map(_STEPS, all_tbs)))
+    deps = list(map(_DEPS, lsteps))
+    if max(map(len, deps), default=0) > 1:
+        raise ValueError("lower_to_ir needs insert_nops first: a step has several dependencies")
+    dep = [d[0] if d else _NO_DEP for d in deps]
+    fields_of = [map(itemgetter(k), lsteps) for k in range(6)]  # LStep: type, srcbuf, srcoff, dstbuf, dstoff, cnt
+    made = steps_of_columns(len(lsteps), (chain.from_iterable(map(range, lengths)), *fields_of,
+                                          map(itemgetter(0), dep), map(itemgetter(1), dep), map(_HASDEP, lsteps)))
     gpus = []
+    at = 0  # the first step of the next threadblock in `made`
     for rank, tbs in enumerate(tbprog.gpus):
         threadblocks = []
         for t, tb in enumerate(tbs):
-            if max(map(len, map(_DEPS, tb.steps)), default=0) > 1:
-                raise ValueError("lower_to_ir needs insert_nops first: a step has several dependencies")
-            steps = tuple([step_of_fields(k, s.type, s.srcbuf, s.srcoff, s.dstbuf, s.dstoff, s.cnt,
-                                          *(s.deps[0] if s.deps else _NO_DEP), s.hasdep)
-                           for k, s in enumerate(tb.steps)])
-            threadblocks.append(Threadblock(t, tb.send, tb.recv, tb.chan, steps))
+            end = at + len(tb.steps)
+            threadblocks.append(Threadblock(t, tb.send, tb.recv, tb.chan, tuple(made[at:end])))
+            at = end
         i_chunks, o_chunks, s_chunks = tbprog.sizes[rank]
         gpus.append(Gpu(rank, i_chunks, o_chunks, s_chunks, tuple(threadblocks)))
     meta = (("compiler", "collsynth"), ("program", tbprog.name), ("instances", str(tbprog.instances)),
             ("collective", json.dumps(tbprog.collective.to_dict(), separators=(",", ":"))))
     return Algo(tbprog.name, coll_spelling(tbprog.collective.name), tbprog.proto, tbprog.nchannels,
                 tbprog.nchunksperloop, len(gpus), tbprog.inplace, tuple(gpus), meta=meta)
+
+
+_STEPS = attrgetter("steps")
 
 
 def step_lines(tbprog: TbProgram) -> tuple[tuple[tuple[int, ...], ...], ...]:

@@ -24,7 +24,7 @@ import heapq
 from dataclasses import dataclass
 from functools import partial
 from itertools import chain
-from operator import attrgetter
+from operator import add, attrgetter, itemgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -171,8 +171,14 @@ def assign_channels(dag: InstrDAG) -> ChannelledDAG:
 
 def with_channels(dag: InstrDAG, channels: list[int]) -> ChannelledDAG:
     """The DAG with instr i on `channels[i]` (`Instr.channel` is its last field)."""
-    made = [instr_of_fields((*ins[:-1], c)) for ins, c in zip(dag.instrs, channels, strict=True)]
+    if len(channels) != len(dag.instrs):
+        raise ValueError(f"{len(channels)} channels for {len(dag.instrs)} instrs")
+    # each record as its fields less the channel + (channel,): one loop in C per step of the rebuild
+    made = map(instr_of_fields, map(add, map(_ALL_BUT_CHANNEL, dag.instrs), zip(channels)))
     return ChannelledDAG(InstrDAG(dag.num_ranks, tuple(made), dag.source))
+
+
+_ALL_BUT_CHANNEL = itemgetter(slice(None, -1))
 
 
 def _pairing_ok(instrs, fused, ch, pair_recv, pair_send) -> bool:  # type: ignore[no-untyped-def]
@@ -245,8 +251,20 @@ def assign_threadblocks(sched: Schedule, policy: str = "auto", *, pair: bool = T
     if manual:
         for i in sched.order:
             ins = instrs[i]
-            if ins.tb_hint >= 0:
-                tb_of[i] = _place_user(dag, ranks[ins.rank], i, ins.channel)
+            hint = ins.tb_hint
+            if hint < 0:
+                continue
+            rt = ranks[ins.rank]
+            t = rt.user.get(hint)
+            if t is not None:  # the usual case, without a call: the user's threadblock already fits the instr
+                tb, kind = rt.tbs[t], ins.kind
+                if ((ins.channel < 0 or tb.chan == ins.channel)
+                        and (kind not in SENDING_TYPES or ins.send_peer < 0 or tb.send == ins.send_peer)
+                        and (kind not in RECEIVING_TYPES or ins.recv_peer < 0 or tb.recv == ins.recv_peer)):
+                    tb.instrs.append(i)
+                    tb_of[i] = t
+                    continue
+            tb_of[i] = _place_user(dag, rt, i, ins.channel)
     rest = [i for i in sched.order if tb_of[i] < 0] if manual else sched.order  # in schedule order
     # 2. fused pairs: one threadblock per (recv peer, send peer, channel), made before anything else
     #    can take one of its two sides.
