@@ -35,7 +35,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from functools import partial
 from itertools import chain, compress, repeat
-from operator import attrgetter, itemgetter
+from operator import add, attrgetter, itemgetter
 from typing import Any, NamedTuple
 
 from collsynth.collectives import Collective
@@ -142,16 +142,21 @@ def replicate_instances(dependencies: Dependencies, program: Program) -> TbProgr
     per_instance = 1 + max((tb.chan for tbs in placement.tbs for tb in tbs), default=0)
     sizes = {INPUT: buffer_size(coll, INPUT), OUTPUT: buffer_size(coll, OUTPUT)}
     cross = cross_instance_waits(placement, copies, interleaved)
-    gpus, gpu_sizes = [], []
-    for rank, (tbs, rank_waits) in enumerate(zip(placement.tbs, dependencies.waits, strict=True)):
+    layouts, scratch_ends = [], []  # per rank: buffer -> (IR buffer, start, size); the scratch buffer's size
+    for rank in range(len(placement.tbs)):
         scratch = program.scratch_sizes(rank)
         base, at = {}, 0
         for name, size in scratch.items():
             base[name] = at
             at += size * copies
-
-        layout = {INPUT: ("i", 0, sizes[INPUT]), OUTPUT: ("o", 0, sizes[OUTPUT])}  # buffer -> IR buffer, start, size
+        layout = {INPUT: ("i", 0, sizes[INPUT]), OUTPUT: ("o", 0, sizes[OUTPUT])}
         layout.update((name, ("s", base[name], size)) for name, size in scratch.items())
+        layouts.append(layout)
+        scratch_ends.append(at)
+    step_of = _instr_steps(instrs, layouts).__getitem__ if copies == 1 else None
+    gpus, gpu_sizes = [], []
+    for rank, (tbs, rank_waits) in enumerate(zip(placement.tbs, dependencies.waits, strict=True)):
+        layout = layouts[rank]
         # Threadblocks are numbered by (send, recv, chan), then by their order in the placement: number them
         # first, so every wait names its final threadblock as it is made.
         keys = sorted(((tb.send, tb.recv, tb.chan + k * per_instance), t * copies + k)
@@ -161,31 +166,41 @@ def replicate_instances(dependencies: Dependencies, program: Program) -> TbProgr
             new_id[old] = new
         made: list[LTb] = [None] * len(keys)  # type: ignore[list-item]
         for t, (tb, tb_waits) in enumerate(zip(tbs, rank_waits, strict=True)):
-            if copies == 1:  # the usual case: every step as it is, on its buffer's IR buffer
-                made[new_id[t]] = LTb(tb.send, tb.recv, tb.chan,
-                                      _one_instance(tb.instrs, tb_waits, instrs, layout, new_id))
+            if step_of is not None:  # one instance (the usual case): every step as it is, on its IR buffer
+                mine = list(map(step_of, tb.instrs))
+                for k in compress(range(len(mine)), tb_waits):  # the steps that wait: their final threadblocks
+                    step = mine[k]
+                    mine[k] = lstep_of_fields((*step[:6], tuple([(new_id[a], b) for a, b in tb_waits[k]]), False,
+                                                step.line))
+                made[new_id[t]] = LTb(tb.send, tb.recv, tb.chan, tuple(mine))
                 continue
             steps_of = _many_instances(tb.instrs, tb_waits, instrs, layout, new_id, copies, interleaved, cross,
                                        runs_at)
             for k, steps in enumerate(steps_of):
                 made[new_id[t * copies + k]] = LTb(tb.send, tb.recv, tb.chan + k * per_instance, steps)
         gpus.append(tuple(made))
-        gpu_sizes.append((coll.input_chunks * copies, coll.output_chunks * copies, at))
+        gpu_sizes.append((coll.input_chunks * copies, coll.output_chunks * copies, scratch_ends[rank]))
     return TbProgram(program.name, instance_collective(coll, copies), program.protocol, coll.inplace, copies,
                      tuple(gpus), tuple(gpu_sizes), placement.dag.source)
 
 
-def _one_instance(members: tuple[int, ...], tb_waits: tuple[Waits, ...], instrs: tuple[Instr, ...],
-                  layout: dict[str, tuple[str, int, int]], new_id: list[int]) -> tuple[LStep, ...]:
-    """The steps of one threadblock when there is one instance (no other instance to wait for either)."""
-    steps = []
-    for i, waits in zip(members, tb_waits, strict=True):
-        ins = instrs[i]
-        sb, sstart, _ = layout[ins.src_buf]
-        db, dstart, _ = layout[ins.dst_buf]
-        steps.append(lstep_of_fields((ins.kind, sb, sstart + ins.src_off, db, dstart + ins.dst_off, ins.cnt,
-                                      tuple([(new_id[a], b) for a, b in waits]) if waits else (), False, ins.line)))
-    return tuple(steps)
+def _instr_steps(instrs: tuple[Instr, ...], layouts: list[dict[str, tuple[str, int, int]]]) -> list[LStep]:
+    """Every instr's step when there is one instance, without its waits, in instr order: a field of every
+    instr at a time, each a loop in C (in instr order, which is the order the records lie in memory)."""
+    spot = {(rank, name): place[:2] for rank, layout in enumerate(layouts) for name, place in layout.items()}
+    ranks = list(map(_RANK, instrs))
+    src = list(map(spot.__getitem__, zip(ranks, map(_SRC_BUF, instrs), strict=True)))  # (IR buffer, start)
+    dst = list(map(spot.__getitem__, zip(ranks, map(_DST_BUF, instrs), strict=True)))
+    n = len(instrs)
+    return list(map(lstep_of_fields, zip(
+        map(_KIND, instrs), map(_FIRST, src), map(add, map(_SECOND, src), map(_SRC_OFF, instrs)),
+        map(_FIRST, dst), map(add, map(_SECOND, dst), map(_DST_OFF, instrs)), map(_CNT, instrs), repeat((), n),
+        repeat(False, n), map(_LINE, instrs), strict=True)))
+
+
+_KIND, _RANK, _SRC_BUF, _SRC_OFF, _DST_BUF, _DST_OFF, _CNT, _LINE = map(attrgetter, (
+    "kind", "rank", "src_buf", "src_off", "dst_buf", "dst_off", "cnt", "line"))
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 
 def _many_instances(members: tuple[int, ...], tb_waits: tuple[Waits, ...], instrs: tuple[Instr, ...],
