@@ -30,13 +30,11 @@ operands it needs by step type and ignores the others.
 from __future__ import annotations
 
 import json
-from collections import deque
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from functools import partial
-from itertools import chain, compress, repeat
-from operator import add, attrgetter, itemgetter
-from typing import Any, NamedTuple
+from itertools import chain, compress
+from operator import attrgetter
+from typing import NamedTuple
 
 from collsynth.collectives import Collective
 from collsynth.compiler.dag import Instr
@@ -142,21 +140,16 @@ def replicate_instances(dependencies: Dependencies, program: Program) -> TbProgr
     per_instance = 1 + max((tb.chan for tbs in placement.tbs for tb in tbs), default=0)
     sizes = {INPUT: buffer_size(coll, INPUT), OUTPUT: buffer_size(coll, OUTPUT)}
     cross = cross_instance_waits(placement, copies, interleaved)
-    layouts, scratch_ends = [], []  # per rank: buffer -> (IR buffer, start, size); the scratch buffer's size
-    for rank in range(len(placement.tbs)):
+    gpus, gpu_sizes = [], []
+    for rank, (tbs, rank_waits) in enumerate(zip(placement.tbs, dependencies.waits, strict=True)):
         scratch = program.scratch_sizes(rank)
         base, at = {}, 0
         for name, size in scratch.items():
             base[name] = at
             at += size * copies
-        layout = {INPUT: ("i", 0, sizes[INPUT]), OUTPUT: ("o", 0, sizes[OUTPUT])}
+
+        layout = {INPUT: ("i", 0, sizes[INPUT]), OUTPUT: ("o", 0, sizes[OUTPUT])}  # buffer -> IR buffer, start, size
         layout.update((name, ("s", base[name], size)) for name, size in scratch.items())
-        layouts.append(layout)
-        scratch_ends.append(at)
-    step_of = _instr_steps(instrs, layouts).__getitem__ if copies == 1 else None
-    gpus, gpu_sizes = [], []
-    for rank, (tbs, rank_waits) in enumerate(zip(placement.tbs, dependencies.waits, strict=True)):
-        layout = layouts[rank]
         # Threadblocks are numbered by (send, recv, chan), then by their order in the placement: number them
         # first, so every wait names its final threadblock as it is made.
         keys = sorted(((tb.send, tb.recv, tb.chan + k * per_instance), t * copies + k)
@@ -166,41 +159,31 @@ def replicate_instances(dependencies: Dependencies, program: Program) -> TbProgr
             new_id[old] = new
         made: list[LTb] = [None] * len(keys)  # type: ignore[list-item]
         for t, (tb, tb_waits) in enumerate(zip(tbs, rank_waits, strict=True)):
-            if step_of is not None:  # one instance (the usual case): every step as it is, on its IR buffer
-                mine = list(map(step_of, tb.instrs))
-                for k in compress(range(len(mine)), tb_waits):  # the steps that wait: their final threadblocks
-                    step = mine[k]
-                    mine[k] = lstep_of_fields((*step[:6], tuple([(new_id[a], b) for a, b in tb_waits[k]]), False,
-                                                step.line))
-                made[new_id[t]] = LTb(tb.send, tb.recv, tb.chan, tuple(mine))
+            if copies == 1:  # the usual case: every step as it is, on its buffer's IR buffer
+                made[new_id[t]] = LTb(tb.send, tb.recv, tb.chan,
+                                      _one_instance(tb.instrs, tb_waits, instrs, layout, new_id))
                 continue
             steps_of = _many_instances(tb.instrs, tb_waits, instrs, layout, new_id, copies, interleaved, cross,
                                        runs_at)
             for k, steps in enumerate(steps_of):
                 made[new_id[t * copies + k]] = LTb(tb.send, tb.recv, tb.chan + k * per_instance, steps)
         gpus.append(tuple(made))
-        gpu_sizes.append((coll.input_chunks * copies, coll.output_chunks * copies, scratch_ends[rank]))
+        gpu_sizes.append((coll.input_chunks * copies, coll.output_chunks * copies, at))
     return TbProgram(program.name, instance_collective(coll, copies), program.protocol, coll.inplace, copies,
                      tuple(gpus), tuple(gpu_sizes), placement.dag.source)
 
 
-def _instr_steps(instrs: tuple[Instr, ...], layouts: list[dict[str, tuple[str, int, int]]]) -> list[LStep]:
-    """Every instr's step when there is one instance, without its waits, in instr order: a field of every
-    instr at a time, each a loop in C (in instr order, which is the order the records lie in memory)."""
-    spot = {(rank, name): place[:2] for rank, layout in enumerate(layouts) for name, place in layout.items()}
-    ranks = list(map(_RANK, instrs))
-    src = list(map(spot.__getitem__, zip(ranks, map(_SRC_BUF, instrs), strict=True)))  # (IR buffer, start)
-    dst = list(map(spot.__getitem__, zip(ranks, map(_DST_BUF, instrs), strict=True)))
-    n = len(instrs)
-    return list(map(lstep_of_fields, zip(
-        map(_KIND, instrs), map(_FIRST, src), map(add, map(_SECOND, src), map(_SRC_OFF, instrs)),
-        map(_FIRST, dst), map(add, map(_SECOND, dst), map(_DST_OFF, instrs)), map(_CNT, instrs), repeat((), n),
-        repeat(False, n), map(_LINE, instrs), strict=True)))
-
-
-_KIND, _RANK, _SRC_BUF, _SRC_OFF, _DST_BUF, _DST_OFF, _CNT, _LINE = map(attrgetter, (
-    "kind", "rank", "src_buf", "src_off", "dst_buf", "dst_off", "cnt", "line"))
-_FIRST, _SECOND = itemgetter(0), itemgetter(1)
+def _one_instance(members: tuple[int, ...], tb_waits: tuple[Waits, ...], instrs: tuple[Instr, ...],
+                  layout: dict[str, tuple[str, int, int]], new_id: list[int]) -> tuple[LStep, ...]:
+    """The steps of one threadblock when there is one instance (no other instance to wait for either)."""
+    steps = []
+    for i, waits in zip(members, tb_waits, strict=True):
+        ins = instrs[i]
+        sb, sstart, _ = layout[ins.src_buf]
+        db, dstart, _ = layout[ins.dst_buf]
+        steps.append(lstep_of_fields((ins.kind, sb, sstart + ins.src_off, db, dstart + ins.dst_off, ins.cnt,
+                                      tuple([(new_id[a], b) for a, b in waits]) if waits else (), False, ins.line)))
+    return tuple(steps)
 
 
 def _many_instances(members: tuple[int, ...], tb_waits: tuple[Waits, ...], instrs: tuple[Instr, ...],
@@ -399,51 +382,47 @@ _NO_DEP = (-1, -1)  # depid, deps of a step that waits for nothing
 
 # Step is a frozen dataclass with slots: its __init__ sets every field through object.__setattr__, which costs
 # about three times as much as storing into the slots directly. The IR has one Step per step (millions at 1024
-# ranks), so lower_to_ir fills the slots itself, one field of every step at a time, each a loop in C (map over
-# the slot's setter): the same objects, made the cheaper way (tests/compiler checks that they equal Step(...)).
+# ranks), so lower_to_ir fills the slots itself: the same object, made the cheaper way (tests/compiler checks
+# that it equals the one Step(...) makes).
 _STEP_SLOTS = tuple(Step.__dict__[f.name].__set__ for f in fields(Step))
 
 
-def steps_of_columns(count: int, columns: Sequence[Iterable[Any]]) -> list[Step]:
-    """`count` Steps, step k from the k-th value of every column (one column per Step field, in field order),
-    without the frozen dataclass's __init__."""
-    if len(columns) != len(_STEP_SLOTS):
-        raise ValueError(f"a Step has {len(_STEP_SLOTS)} fields, got {len(columns)} columns")
-    steps = list(map(object.__new__, repeat(Step, count)))
-    for store, column in zip(_STEP_SLOTS, columns, strict=True):
-        deque(map(store, steps, column), maxlen=0)  # consumes the map: stores the field of every step
-    return steps
+def step_of_fields(s: int, type: str, srcbuf: str, srcoff: int, dstbuf: str, dstoff: int, cnt: int, depid: int,
+                   deps: int, hasdep: bool) -> Step:
+    """Step(s, type, ..., hasdep), without the frozen dataclass's __init__."""
+    step = object.__new__(Step)
+    f0, f1, f2, f3, f4, f5, f6, f7, f8, f9 = _STEP_SLOTS
+    f0(step, s)
+    f1(step, type)
+    f2(step, srcbuf)
+    f3(step, srcoff)
+    f4(step, dstbuf)
+    f5(step, dstoff)
+    f6(step, cnt)
+    f7(step, depid)
+    f8(step, deps)
+    f9(step, hasdep)
+    return step
 
 
 def lower_to_ir(tbprog: TbProgram) -> Algo:
     """The MSCCL-IR `Algo` (nops inserted first: every step has at most one dependency)."""
-    all_tbs = [tb for tbs in tbprog.gpus for tb in tbs]
-    lengths = list(map(len, map(_STEPS, all_tbs)))
-    lsteps = list(chain.from_iterable(map(_STEPS, all_tbs)))
-    deps = list(map(_DEPS, lsteps))
-    if max(map(len, deps), default=0) > 1:
-        raise ValueError("lower_to_ir needs insert_nops first: a step has several dependencies")
-    dep = [d[0] if d else _NO_DEP for d in deps]
-    fields_of = [map(itemgetter(k), lsteps) for k in range(6)]  # LStep: type, srcbuf, srcoff, dstbuf, dstoff, cnt
-    made = steps_of_columns(len(lsteps), (chain.from_iterable(map(range, lengths)), *fields_of,
-                                          map(itemgetter(0), dep), map(itemgetter(1), dep), map(_HASDEP, lsteps)))
     gpus = []
-    at = 0  # the first step of the next threadblock in `made`
     for rank, tbs in enumerate(tbprog.gpus):
         threadblocks = []
         for t, tb in enumerate(tbs):
-            end = at + len(tb.steps)
-            threadblocks.append(Threadblock(t, tb.send, tb.recv, tb.chan, tuple(made[at:end])))
-            at = end
+            if max(map(len, map(_DEPS, tb.steps)), default=0) > 1:
+                raise ValueError("lower_to_ir needs insert_nops first: a step has several dependencies")
+            steps = tuple([step_of_fields(k, s.type, s.srcbuf, s.srcoff, s.dstbuf, s.dstoff, s.cnt,
+                                          *(s.deps[0] if s.deps else _NO_DEP), s.hasdep)
+                           for k, s in enumerate(tb.steps)])
+            threadblocks.append(Threadblock(t, tb.send, tb.recv, tb.chan, steps))
         i_chunks, o_chunks, s_chunks = tbprog.sizes[rank]
         gpus.append(Gpu(rank, i_chunks, o_chunks, s_chunks, tuple(threadblocks)))
     meta = (("compiler", "collsynth"), ("program", tbprog.name), ("instances", str(tbprog.instances)),
             ("collective", json.dumps(tbprog.collective.to_dict(), separators=(",", ":"))))
     return Algo(tbprog.name, coll_spelling(tbprog.collective.name), tbprog.proto, tbprog.nchannels,
                 tbprog.nchunksperloop, len(gpus), tbprog.inplace, tuple(gpus), meta=meta)
-
-
-_STEPS = attrgetter("steps")
 
 
 def step_lines(tbprog: TbProgram) -> tuple[tuple[tuple[int, ...], ...], ...]:
