@@ -8,6 +8,10 @@ ordered by the threadblock itself. Cross-rank order needs no dependency: the FIF
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter, itemgetter
+
+import numpy as np
 
 from collsynth.compiler.placement import Placement
 
@@ -44,26 +48,32 @@ class Dependencies:
 def insert_dependencies(placement: Placement) -> Dependencies:
     """Each step waits for the last step it depends on in every other threadblock of its rank."""
     instrs, at = placement.dag.instrs, placement.at
-    waits = []
-    for rank_tbs in placement.tbs:
-        rank_waits = []
-        for mine, tb in enumerate(rank_tbs):
-            tb_waits: list[Waits] = []
-            for i in tb.instrs:
-                ps = instrs[i].preds
-                if len(ps) < 2:  # the usual cases, without a dict
-                    ref = at[ps[0]] if ps else None
-                    tb_waits.append((ref,) if ref is not None and ref.tb != mine else ())
-                    continue
-                latest: dict[int, int] = {}
-                for p in ps:
-                    t, step = at[p]
-                    if t != mine and step > latest.get(t, -1):
-                        latest[t] = step
-                tb_waits.append(tuple(sorted(latest.items())))
-            rank_waits.append(tuple(tb_waits))
-        waits.append(tuple(rank_waits))
-    return Dependencies(placement, tuple(waits))
+    n = len(instrs)
+    preds = list(map(attrgetter("preds"), instrs))
+    count = np.fromiter(map(len, preds), dtype=np.int64, count=n)
+    heads = np.fromiter(chain.from_iterable(preds), dtype=np.int64, count=int(count.sum()))
+    tb = np.fromiter(map(itemgetter(0), at), dtype=np.int64, count=n)
+    # The usual case, for all instrs at once: one dependency, which runs in another threadblock.
+    single = np.flatnonzero(count == 1)
+    pred = heads[(np.cumsum(count) - count)[single]]
+    other = tb[pred] != tb[single]
+    waiting, waited = single[other].tolist(), pred[other]
+    step = np.fromiter(map(itemgetter(1), at), dtype=np.int64, count=n)
+    pairs = zip(zip(tb[waited].tolist(), step[waited].tolist(), strict=True))  # each a one-wait Waits
+    waits_of: list[Waits] = [()] * n
+    for i, wait in zip(waiting, pairs, strict=True):
+        waits_of[i] = wait
+    for i in np.flatnonzero(count > 1).tolist():
+        mine = at[i].tb
+        latest: dict[int, int] = {}
+        for p in preds[i]:
+            t, step = at[p]
+            if t != mine and step > latest.get(t, -1):
+                latest[t] = step
+        waits_of[i] = tuple(sorted(latest.items()))
+    step_waits = waits_of.__getitem__
+    return Dependencies(placement, tuple(tuple(tuple(map(step_waits, plan.instrs)) for plan in rank_tbs)
+                                         for rank_tbs in placement.tbs))
 
 
 def prune_dependencies(dependencies: Dependencies) -> Dependencies:
