@@ -58,7 +58,8 @@ def lower_composition(algorithm: Algorithm, **options: Any) -> Program:
 GATEWAY_TRANSPOSES = ("receiver", "sender")
 
 
-def lower_gateway(algorithm: Algorithm, *, transpose: str = "receiver", protocol: str = "Simple") -> Program:
+def lower_gateway(algorithm: Algorithm, *, transpose: str = "receiver", protocol: str = "Simple",
+                  instances: int = 1) -> Program:
     """The gateway AllToAll composition (`synth.cluster.hier_gateway`) as a program whose every transfer is one
     message: each GPU hands the gateway one contiguous block per remote node (source-major), the gateways
     exchange one bulk per node pair, and each GPU of the receiving node gets one contiguous block per remote
@@ -80,7 +81,7 @@ def lower_gateway(algorithm: Algorithm, *, transpose: str = "receiver", protocol
     c, size = coll.chunks, len(groups[0])
     node_of = {rank: m for m, node in enumerate(groups) for rank in node}
     bulks = {(node_of[s.src], node_of[s.dst]): (s.src, s.dst) for s in algorithm.steps[1].sends}
-    b = new_builder(algorithm.name, topology, coll, instances=1, protocol=protocol)
+    b = new_builder(algorithm.name, topology, coll, instances=instances, protocol=protocol)
     for m, node in enumerate(groups):
         for hop in range(1, len(groups)):
             r = (m + hop) % len(groups)
