@@ -162,8 +162,8 @@ def exact_packing(topology: Topology, max_per_root: int | None = None) -> ExactP
     rate = _fewer_trees(best, max_per_root or trees_per_root_limit(n))
     _require_connected(topology, rate, cut)
     weighted = False
-    exact = _link_capacities(topology, EXACT_DENOMINATOR) if max_per_root is None else caps
-    if rate < best or exact != caps:
+    exact = _link_capacities(topology, EXACT_DENOMINATOR)
+    if max_per_root is None and (rate < best or exact != caps):
         exact_best, exact_cut = optimal_rate(n, exact)
         if rate / min(caps.values()) < exact_best / min(exact.values()):  # rounding cost the optimum
             caps, best, cut, rate, weighted = exact, exact_best, exact_cut, exact_best, True
