@@ -16,6 +16,11 @@ every set S of ranks: the cut bound. So:
    tried with multiplicity mu = its root's remaining P (one tree carrying all of the root's data), then
    halved down to 1. Rates whose P exceeds `trees_per_root_limit(n)` (MAX_TREES / n, at least 8) are
    rounded down to p/q with p <= that.
+3. Link rates are integers to 1/16 of the slowest (`split.integer_rates`). Where that rounding, or the
+   limit on P, lowers the optimum (2xndv4: NVSwitch/IB = 52500/3833, and a rank's ingress, port + NIC, is
+   the bound), the packing is redone at the exact rates, *weighted*: P is then in the tens of thousands,
+   so each tree, once grown safe for multiplicity 1, takes the largest multiplicity that keeps every rank's
+   connectivity (binary search on max-flows); the distinct trees stay few (29 on 2xndv4 for P = 56333).
 
 Topologies with switches: `switched_packing` computes the rate on the relay graph (switches as nodes) and
 splits the relays off (`split`) before growing the trees on the links left.

@@ -18,7 +18,9 @@ Packings:
   cut bound of that set (and of the cut bound's own sets).
 - topologies with switches, up to `forest.SWITCHED_MAX_RANKS` ranks, whose budgets form a switch fabric
   (`split.relay_graph`): the optimal rate on the graph with the switches as relay nodes, the relays split
-  off by edge splitting (`split`), then the exact packing on the rank-to-rank links left.
+  off by edge splitting (`split`), then the exact packing on the rank-to-rank links left. Where rounding
+  the link rates would cost the optimum, the packing is made at exact rates with weighted trees; a root's
+  chunks then go to its trees in proportion to their weights (largest remainder), interleaved.
 - other switched topologies: multiplicative weights. Each root gets `MWU_TREES` minimum spanning
   arborescences (networkx's Edmonds, integer prices exp(ETA * load / cap)); the rate is reported against
   the bound, and certified only when it meets it.
