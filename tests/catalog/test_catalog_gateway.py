@@ -11,7 +11,7 @@ from pathlib import Path
 from catalog_helpers import write_plan
 
 from collsynth.catalog import Catalog, expand_plan, rank_entries, run_items
-from collsynth.catalog.pipeline import GATEWAY_LOWERING, LOWERING
+from collsynth.catalog.pipeline import GATEWAY_LOWERING, LOWERING, RAIL_GATHER_LOWERING
 from collsynth.catalog.query import with_tuned_times
 from collsynth.cli import main
 
@@ -48,6 +48,8 @@ def test_gateway_plans_have_both_lowerings_and_the_choice_follows_the_size(tmp_p
     composed = [name for name, how in lowered.items() if how is None]
     assert composed and {f"{name}-{GATEWAY_LOWERING}" for name in composed} == {
         name for name, how in lowered.items() if how == GATEWAY_LOWERING}
+    node_rail = {e.name: e.provenance.get(LOWERING) for e in entries if e.provenance.get("plan") == "node-rail"}
+    assert sorted(node_rail.values(), key=str) == [None, RAIL_GATHER_LOWERING]  # and its two-step-like twin
     # 2xndv4 (simulated, tuned): gateway lowering 3.3 vs 10.8 us at 1 KB; 224,031 vs 216,218 us at 1 GB
     assert _gateway_ranking(db, 1 << 10)[0].endswith(f"-{GATEWAY_LOWERING}")
     assert not _gateway_ranking(db, 1 << 30)[0].endswith(f"-{GATEWAY_LOWERING}")
