@@ -145,7 +145,8 @@ def lower_rail_gather(algorithm: Algorithm, *, protocol: str = "Simple", instanc
             r = (m + hop) % len(groups)
             for g, rail_gpu in enumerate(node):
                 for start, count in pieces(0, size * c):
-                    b.chunk(rail_gpu, f"to_node{r}", start, count).copy(groups[r][g], OUTPUT, node[0] * c + start)
+                    b.chunk(rail_gpu, f"to_node{r}", start, count).copy(groups[r][g], OUTPUT, node[0] * c + start,
+                                                                           ch=1)
     for node in groups:  # inside a node: direct
         for s in node:
             for d in node:
