@@ -97,7 +97,7 @@ ROWS = (  # (kind, topology, collective, target, 1024 ranks)
     ("trees", "torus:8x8", "allreduce", "sim <= 1.10 x 2 RS bound", False),
     ("trees", "fattree:8", "allgather", "switched: certified", False),
     ("trees", "3xndv2", "allgather", "switched: certified", False),
-    ("trees", "2xndv4", "allgather", "switched (rates rounded to 1/16)", False),
+    ("trees", "2xndv4", "allgather", "switched: certified (exact rates)", False),
     ("greedy", "hypercube:9", "alltoall", "512 ranks (was refused); synth only", True),
     ("greedy", "hypercube:10", "alltoall", "1024 ranks, < 4 GB; synth only", True),
 )

@@ -58,7 +58,8 @@ def lower_composition(algorithm: Algorithm, **options: Any) -> Program:
 GATEWAY_TRANSPOSES = ("receiver", "sender")
 
 
-def lower_gateway(algorithm: Algorithm, *, transpose: str = "receiver", protocol: str = "Simple") -> Program:
+def lower_gateway(algorithm: Algorithm, *, transpose: str = "receiver", protocol: str = "Simple",
+                  instances: int = 1) -> Program:
     """The gateway AllToAll composition (`synth.cluster.hier_gateway`) as a program whose every transfer is one
     message: each GPU hands the gateway one contiguous block per remote node (source-major), the gateways
     exchange one bulk per node pair, and each GPU of the receiving node gets one contiguous block per remote
@@ -80,7 +81,7 @@ def lower_gateway(algorithm: Algorithm, *, transpose: str = "receiver", protocol
     c, size = coll.chunks, len(groups[0])
     node_of = {rank: m for m, node in enumerate(groups) for rank in node}
     bulks = {(node_of[s.src], node_of[s.dst]): (s.src, s.dst) for s in algorithm.steps[1].sends}
-    b = new_builder(algorithm.name, topology, coll, instances=1, protocol=protocol)
+    b = new_builder(algorithm.name, topology, coll, instances=instances, protocol=protocol)
     for m, node in enumerate(groups):
         for hop in range(1, len(groups)):
             r = (m + hop) % len(groups)
@@ -109,3 +110,45 @@ def _transpose(b: Any, rank: int, buffer: str, into: str, size: int, c: int) -> 
         for g2 in range(size):
             b.chunk(rank, buffer, (g * size + g2) * c, c).copy(rank, into, (g2 * size + g) * c)
     return into
+
+
+RAIL_GATHER_SOURCES = {"node_source": "direct", "rail_source": "direct"}
+
+
+def lower_rail_gather(algorithm: Algorithm, *, protocol: str = "Simple", instances: int = 1) -> Program:
+    """The node-rail AllToAll composition (direct phases) as a program with one rail message per GPU and remote
+    node: the node phase copies each block bound for GPU g of node r into a buffer of the GPU on rail g, at the
+    sender's local index, so that what the rail phase forwards to (r, g) is one contiguous range, sent as one
+    op (the library's two-step layout). `lower_composition` ships the G blocks of that range as G messages
+    (they have G producers, so the compiler does not merge them); on 4xndv4 at 1 GB that leaves the NIC idle
+    a quarter of the time (docs/benchmarks.md, lane scale 2026-11-28 night)."""
+    from collsynth.algorithms._common import INPUT, OUTPUT, new_builder, pieces, require_contiguous_nodes
+    from collsynth.synth.cluster.hierarchical import groups_of
+
+    provenance = algorithm.provenance
+    if provenance.get("plan") != "node-rail" or any(provenance.get(k) != v for k, v in RAIL_GATHER_SOURCES.items()):
+        raise LoweringError(f"{algorithm.name} is not the node-rail composition of direct phases; lower it with "
+                            "lower_composition")
+    groups = groups_of(algorithm.topology)
+    require_contiguous_nodes(algorithm.name, groups)
+    c, size = algorithm.collective.chunks, len(groups[0])
+    b = new_builder(algorithm.name, algorithm.topology, algorithm.collective, instances=instances,
+                    protocol=protocol)
+    for m, node in enumerate(groups):  # 1. node phase: onto (m, g), what node m sends to (r, g)
+        for hop in range(1, len(groups)):
+            r = (m + hop) % len(groups)
+            for g, rail_gpu in enumerate(node):
+                for k, s in enumerate(node):
+                    b.chunk(s, INPUT, groups[r][g] * c, c).copy(rail_gpu, f"to_node{r}", k * c)
+    for m, node in enumerate(groups):  # 2. rail phase: one range per (GPU, remote node)
+        for hop in range(1, len(groups)):
+            r = (m + hop) % len(groups)
+            for g, rail_gpu in enumerate(node):
+                for start, count in pieces(0, size * c):
+                    b.chunk(rail_gpu, f"to_node{r}", start, count).copy(groups[r][g], OUTPUT, node[0] * c + start,
+                                                                           ch=1)
+    for node in groups:  # inside a node: direct
+        for s in node:
+            for d in node:
+                b.chunk(s, INPUT, d * c, c).copy(d, OUTPUT, s * c)
+    return b.build()

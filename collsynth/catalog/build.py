@@ -362,6 +362,7 @@ def _tune_new_sizes(catalog: Catalog, item: WorkItem, name: str, provenance: dic
     """The entry's provenance with tuning records for `sizes` added (None: the entry was not tuned, or its
     algorithm cannot be rebuilt); each new configuration's XML checked by the interpreter and stored."""
     from collsynth.catalog.pipeline import (
+        LOWERING,
         TARGET_PARAM,
         TUNED_XML,
         _algorithm_candidate,
@@ -381,7 +382,7 @@ def _tune_new_sizes(catalog: Catalog, item: WorkItem, name: str, provenance: dic
         candidate = _library_candidate(str(provenance.get("program", name)), item)
     elif provenance.get("tuned_algorithm_sha256"):
         text = load_xml_text(catalog.root, str(provenance["tuned_algorithm_sha256"]))
-        candidate = _algorithm_candidate(name, Algorithm.from_json(text))
+        candidate = _algorithm_candidate(name, Algorithm.from_json(text), provenance.get(LOWERING))
     else:
         return None
     nearest = min(records, key=lambda r: abs(int(r["size_bytes"]) - min(sizes)), default=None)

@@ -16,6 +16,11 @@ every set S of ranks: the cut bound. So:
    tried with multiplicity mu = its root's remaining P (one tree carrying all of the root's data), then
    halved down to 1. Rates whose P exceeds `trees_per_root_limit(n)` (MAX_TREES / n, at least 8) are
    rounded down to p/q with p <= that.
+3. Link rates are integers to 1/16 of the slowest (`split.integer_rates`). Where that rounding, or the
+   limit on P, lowers the optimum (2xndv4: NVSwitch/IB = 52500/3833, and a rank's ingress, port + NIC, is
+   the bound), the packing is redone at the exact rates, *weighted*: P is then in the tens of thousands,
+   so each tree, once grown safe for multiplicity 1, takes the largest multiplicity that keeps every rank's
+   connectivity (binary search on max-flows); the distinct trees stay few (29 on 2xndv4 for P = 56333).
 
 Topologies with switches: `switched_packing` computes the rate on the relay graph (switches as nodes) and
 splits the relays off (`split`) before growing the trees on the links left.
@@ -28,7 +33,14 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from collsynth.synth.cluster.flow import FlowNetwork
-from collsynth.synth.cluster.split import integer_rates, relay_graph, split_relays
+from collsynth.synth.cluster.split import (
+    EXACT_DENOMINATOR,
+    RATE_DENOMINATOR,
+    RelayGraph,
+    integer_rates,
+    relay_graph,
+    split_relays,
+)
 from collsynth.synth.cluster.timexp import GreedyError
 from collsynth.topologies import Topology
 
@@ -48,11 +60,12 @@ class ExactPacking:
     rate: Fraction  # data per rank per unit time, in units of the fastest link's rate
     cut: tuple[int, ...]
     optimal: Fraction  # x*, which `rate` equals unless more than max_per_root trees per root were needed
+    weighted: bool = False  # packed at exact link rates: few distinct trees with large multiplicities
 
 
-def _link_capacities(topology: Topology) -> dict[tuple[int, int], int]:
+def _link_capacities(topology: Topology, denominator: int = RATE_DENOMINATOR) -> dict[tuple[int, int], int]:
     # cap(l) proportional to rate(l) = 1 / beta(l), as integers (`split.integer_rates`)
-    caps = integer_rates([1 / x.beta_us_per_mb for x in topology.link_list])
+    caps = integer_rates([1 / x.beta_us_per_mb for x in topology.link_list], denominator)
     return {(x.src, x.dst): c for x, c in zip(topology.link_list, caps, strict=True)}
 
 
@@ -152,16 +165,30 @@ def exact_packing(topology: Topology, max_per_root: int | None = None) -> ExactP
     caps = _link_capacities(topology)
     best, cut = optimal_rate(n, caps)
     rate = _fewer_trees(best, max_per_root or trees_per_root_limit(n))
+    _require_connected(topology, rate, cut)
+    weighted = False
+    exact = _link_capacities(topology, EXACT_DENOMINATOR)
+    if max_per_root is None and (rate < best or exact != caps):
+        exact_best, exact_cut = optimal_rate(n, exact)
+        if rate / min(caps.values()) < exact_best / min(exact.values()):  # rounding cost the optimum
+            caps, best, cut, rate, weighted = exact, exact_best, exact_cut, exact_best, True
+    trees = pack_arborescences(n, {link: cap * rate.denominator for link, cap in caps.items()}, rate.numerator,
+                               weighted=weighted)
+    return ExactPacking(trees, rate.numerator, rate, cut, best, weighted)
+
+
+def _require_connected(topology: Topology, rate: Fraction, cut: tuple[int, ...]) -> None:
     if rate == 0:
         raise GreedyError(f"trees: {topology.name} is not strongly connected (no rank set {list(cut)[:8]} can be "
                           "reached from the others); add links or use `synth greedy`")
-    trees = pack_arborescences(n, {link: cap * rate.denominator for link, cap in caps.items()}, rate.numerator)
-    return ExactPacking(trees, rate.numerator, rate, cut, best)
 
 
-def pack_arborescences(n: int, caps: dict[tuple[int, int], int], per_root: int) -> dict[int, list[tuple[int, Tree]]]:
+def pack_arborescences(n: int, caps: dict[tuple[int, int], int], per_root: int, *,
+                       weighted: bool = False) -> dict[int, list[tuple[int, Tree]]]:
     """`per_root` spanning arborescences from every rank, with multiplicities, within the integer `caps`
-    (already scaled by the rate's denominator); feasible when every rank has lambda(s, v) >= n * per_root."""
+    (already scaled by the rate's denominator); feasible when every rank has lambda(s, v) >= n * per_root.
+    `weighted` (for a large per_root, an exact rate): every tree takes the largest multiplicity it can, so
+    that the distinct trees stay few however large per_root is."""
     net, arcs, source_arcs = _network(n, caps, per_root, 1)
     left = [per_root] * n
     k = n * per_root
@@ -179,10 +206,40 @@ def pack_arborescences(n: int, caps: dict[tuple[int, int], int], per_root: int) 
                 tree = _grow(net, arcs, source_arcs[root], root, k, 1, len(arcs))
             if tree is None:  # Edmonds' theorem says this cannot happen
                 raise GreedyError(f"exact packing: no safe arborescence from rank {root} at k={k}")
+            if weighted:
+                mu += _more(net, [arcs[(a, b)] for b, a in tree.items()] + [source_arcs[root]], k - mu,
+                            left[root] - mu)
             trees[root].append((mu, tree))
             left[root] -= mu
             k -= mu
     return trees
+
+
+def _more(net: FlowNetwork, used: list[int], k: int, most: int) -> int:
+    """The largest extra multiplicity m <= most (binary search) that the tree over arcs `used` (its s-arc
+    included) can take while every rank keeps lambda(s, v) >= k - m; its capacities are reduced by m."""
+    cap, n = net.cap, net.num_nodes - 1
+
+    def move(m: int) -> None:
+        for arc in used:
+            cap[arc] -= m
+
+    def safe(m: int) -> bool:
+        move(m)
+        ok = all(net.max_flow(n, v, k - m)[0] >= k - m for v in range(n))
+        move(-m)
+        return ok
+
+    low, high = 0, min([most, *(cap[arc] for arc in used)])
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if safe(mid) else (low, mid - 1)
+    move(low)
+    return low
+
+
+def _graph_rate(graph: RelayGraph) -> tuple[Fraction, tuple[int, ...]]:
+    return optimal_rate_graph(graph.n, graph.num_nodes, [(a, b, c) for a, b, _, c in graph.arcs])
 
 
 def switched_packing(topology: Topology, max_per_root: int | None = None) -> ExactPacking | None:
@@ -193,12 +250,17 @@ def switched_packing(topology: Topology, max_per_root: int | None = None) -> Exa
     graph = relay_graph(topology) if 2 <= n <= SWITCHED_MAX_RANKS else None
     if graph is None:
         return None
-    best, cut = optimal_rate_graph(n, graph.num_nodes, [(a, b, c) for a, b, _, c in graph.arcs])
+    best, cut = _graph_rate(graph)
     rate = _fewer_trees(best, max_per_root or trees_per_root_limit(n))
-    if rate == 0:
-        raise GreedyError(f"trees: {topology.name} is not strongly connected (no rank set {list(cut)[:8]} can be "
-                          "reached from the others); add links or use `synth greedy`")
+    _require_connected(topology, rate, cut)
+    weighted = False
+    exact = relay_graph(topology, EXACT_DENOMINATOR) if max_per_root is None else None
+    if exact is not None and (rate < best or exact.arcs != graph.arcs):
+        exact_best, exact_cut = _graph_rate(exact)
+        if rate / graph.slowest < exact_best / exact.slowest:  # rounding cost the optimum: the exact rates
+            graph, best, cut, rate, weighted = exact, exact_best, exact_cut, exact_best, True
     caps = split_relays(graph, rate)
     if caps is None:
         return None
-    return ExactPacking(pack_arborescences(n, caps, rate.numerator), rate.numerator, rate, cut, best)
+    return ExactPacking(pack_arborescences(n, caps, rate.numerator, weighted=weighted), rate.numerator, rate, cut,
+                        best, weighted)

@@ -43,6 +43,7 @@ class RelayGraph:
     arcs: tuple[tuple[int, int, Label, int], ...]
     allowed: frozenset[tuple[int, Label, int]]
     link_of: dict[Label, tuple[int, int]]  # a full chain -> its link
+    slowest: int = 1  # the capacity that stands for the slowest rate (exactly, whatever the rounding)
 
 
 class _UnionFind:
@@ -60,17 +61,20 @@ class _UnionFind:
 
 
 RATE_DENOMINATOR = 16  # link rates are kept to 1/16 of the slowest one, rounded down
+# The exact form: ratios of rates given in decimal microseconds per MB (e.g. NVSwitch/IB on ndv4, 52.5 / 3.833
+# = 52500 / 3833) have denominators of a few thousand; this recovers them from the floats.
+EXACT_DENOMINATOR = 1 << 24
 
 
-def integer_rates(rates: list[float]) -> list[int]:
-    """Rates as integers proportional to them: exact when each is a multiple of 1/16 of the slowest (up to
-    float noise), else rounded down (so a packing within these capacities is within the real ones)."""
+def integer_rates(rates: list[float], denominator: int = RATE_DENOMINATOR) -> list[int]:
+    """Rates as integers proportional to them: exact when each is a multiple of 1/denominator of the slowest
+    (up to float noise), else rounded down (so a packing within these capacities is within the real ones)."""
     slowest = min(rates)
     ratios = []
     for rate in rates:
-        close = Fraction(rate / slowest).limit_denominator(RATE_DENOMINATOR)
+        close = Fraction(rate / slowest).limit_denominator(denominator)
         exact = abs(float(close) - rate / slowest) <= 1e-9 * rate / slowest
-        ratios.append(close if exact else Fraction(math.floor(rate / slowest * RATE_DENOMINATOR), RATE_DENOMINATOR))
+        ratios.append(close if exact else Fraction(math.floor(rate / slowest * denominator), denominator))
     scale = math.lcm(*(r.denominator for r in ratios))
     caps = [int(r * scale) for r in ratios]
     common = math.gcd(*caps)
@@ -123,15 +127,16 @@ def _relay_nodes(topology: Topology, chains: dict[tuple[int, int], list[int]]) -
     return ends_node
 
 
-def relay_graph(topology: Topology) -> RelayGraph | None:
-    """The fabric as a graph of ranks and relays (see the module docstring); None when it is not one."""
+def relay_graph(topology: Topology, denominator: int = RATE_DENOMINATOR) -> RelayGraph | None:
+    """The fabric as a graph of ranks and relays (see the module docstring), its capacities `integer_rates`
+    to `denominator`; None when it is not one."""
     n, budgets = topology.num_ranks, len(topology.switches)
     chains = _chains(topology)
     ends = None if chains is None else _relay_nodes(topology, chains)
     if chains is None or ends is None:
         return None
     caps = integer_rates([sw.bandwidth / sw.beta_us_per_mb for sw in topology.switches]
-                         + [1 / x.beta_us_per_mb for x in topology.link_list])
+                         + [1 / x.beta_us_per_mb for x in topology.link_list], denominator)
     arcs: dict[Label, tuple[int, int, Label, int]] = {(b,): (ends[2 * b], ends[2 * b + 1], (b,), caps[b])
                                                        for b in range(budgets)}
     allowed: set[tuple[int, Label, int]] = set()
@@ -161,7 +166,7 @@ def relay_graph(topology: Topology) -> RelayGraph | None:
                        for b in range(a + 1, len(steps) + 1))
         link_of[tuple(steps)] = (x.src, x.dst)
     num_nodes = max(max(ends, default=0) + 1, n)
-    return RelayGraph(n, num_nodes, tuple(arcs.values()), frozenset(allowed), link_of)
+    return RelayGraph(n, num_nodes, tuple(arcs.values()), frozenset(allowed), link_of, min(caps))
 
 
 class _Splitter:

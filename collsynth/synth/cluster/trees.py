@@ -18,7 +18,9 @@ Packings:
   cut bound of that set (and of the cut bound's own sets).
 - topologies with switches, up to `forest.SWITCHED_MAX_RANKS` ranks, whose budgets form a switch fabric
   (`split.relay_graph`): the optimal rate on the graph with the switches as relay nodes, the relays split
-  off by edge splitting (`split`), then the exact packing on the rank-to-rank links left.
+  off by edge splitting (`split`), then the exact packing on the rank-to-rank links left. Where rounding
+  the link rates would cost the optimum, the packing is made at exact rates with weighted trees; a root's
+  chunks then go to its trees in proportion to their weights (largest remainder), interleaved.
 - other switched topologies: multiplicative weights. Each root gets `MWU_TREES` minimum spanning
   arborescences (networkx's Edmonds, integer prices exp(ETA * load / cap)); the rate is reported against
   the bound, and certified only when it meets it.
@@ -174,10 +176,16 @@ def _mwu_packing(topology: Topology) -> Packing:
 
 def _flow_packing(topology: Topology, exact: ExactPacking | None = None) -> Packing:
     exact = exact or exact_packing(topology)
-    trees = {root: [(1.0 / exact.per_root, tree) for mu, tree in weighted for _ in range(mu)]
-             for root, weighted in exact.trees.items()}
+    if exact.weighted:  # per_root is large (exact rates): each distinct tree once, with its weight
+        trees = {root: [(mu / exact.per_root, tree) for mu, tree in weighted] for root, weighted in exact.trees.items()}
+    else:
+        trees = {root: [(1.0 / exact.per_root, tree) for mu, tree in weighted for _ in range(mu)]
+                 for root, weighted in exact.trees.items()}
     distinct = sum(len(w) for w in exact.trees.values())
     rounded = "" if exact.rate == exact.optimal else f", rounded down from the optimal {exact.optimal}"
+    if exact.weighted:
+        return Packing(trees, f"exact packing by flows at exact link rates (rate {exact.rate} in capacity units, "
+                       f"{distinct} distinct trees, multiplicities out of {exact.per_root} per root)", exact.cut)
     return Packing(trees, f"exact packing by flows (rate {exact.rate} of the fastest link{rounded}, "
                    f"{exact.per_root} trees per root, {distinct} distinct)", exact.cut)
 
@@ -196,13 +204,33 @@ def pack(topology: Topology) -> Packing:
 def _routes(packing: Packing, collective: Collective, chunks_per_root: int) -> dict[tuple[int, int], list[int]]:
     """Link -> chunks it carries: chunk i of a root's data follows that root's tree i mod T."""
     routes: dict[tuple[int, int], list[int]] = defaultdict(list)
+    orders = {root: _chunk_order([w for w, _ in weighted], chunks_per_root) for root, weighted in packing.trees.items()}
     for c in range(collective.num_chunks):
         (root,) = collective.pre[c]
         weighted = packing.trees[root]
-        _, tree = weighted[(c % chunks_per_root) % len(weighted)]
+        _, tree = weighted[orders[root][c % chunks_per_root]]
         for child, parent in tree.items():
             routes[(parent, child)].append(c)
     return routes
+
+
+def _chunk_order(weights: Sequence[float], count: int) -> list[int]:
+    """The tree of each of a root's `count` chunks: tree i mod T when the T weights are equal; else shares by
+    largest remainder, interleaved by smooth weighted round robin (each tree's chunks spread over the
+    sequence, so that every tree keeps its links busy through the pipeline)."""
+    if max(weights) - min(weights) <= 1e-12 * max(weights):
+        return [i % len(weights) for i in range(count)]
+    quotas = [w / sum(weights) * count for w in weights]
+    shares = [math.floor(q) for q in quotas]
+    for i in sorted(range(len(shares)), key=lambda i: (shares[i] - quotas[i], i))[:count - sum(shares)]:
+        shares[i] += 1
+    current, order = [0] * len(shares), []
+    for _ in range(count):
+        current = [c + s for c, s in zip(current, shares, strict=True)]
+        pick = max(range(len(shares)), key=lambda i: (current[i], -i))
+        current[pick] -= count
+        order.append(pick)
+    return order
 
 
 def _symmetric_links(topology: Topology) -> bool:
@@ -244,7 +272,7 @@ def trees(topology: Topology, collective: Collective, size_bytes: int = 1 << 30,
                           "(use `synth greedy` for the others)")
     began = time.perf_counter()
     packing = pack(topology)
-    per_root = len(next(iter(packing.trees.values())))
+    per_root = max(len(weighted) for weighted in packing.trees.values())
     chunks = per_root * chunks_per_tree
     coll = make_collective(collective.name, collective.num_ranks, chunks, root=collective.root)
     steps, makespan = _tree_steps(topology, coll, chunk_megabytes(coll, size_bytes), chunks, 0.0, packing)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from fractions import Fraction
 
 import pytest
 from hypothesis import given, settings
@@ -15,8 +16,8 @@ from collsynth.collectives import make_collective
 from collsynth.encodings.cut_bounds import MIB
 from collsynth.schedule import verify
 from collsynth.synth.cluster.forest import optimal_rate_graph, pack_arborescences, switched_packing
-from collsynth.synth.cluster.split import integer_rates, relay_graph, split_relays
-from collsynth.synth.cluster.trees import trees
+from collsynth.synth.cluster.split import EXACT_DENOMINATOR, integer_rates, relay_graph, split_relays
+from collsynth.synth.cluster.trees import _chunk_order, trees
 from collsynth.topologies import Topology, builtin
 from collsynth.topologies.library import IB_EDR, IB_HDR, multi_node
 from collsynth.topologies.model import Link, Switch
@@ -74,7 +75,7 @@ def test_splitting_keeps_connectivity_and_budgets(seed: int) -> None:
     assert all(used[link] <= caps[link] for link in used)
 
 
-@pytest.mark.parametrize("name", ["fattree:4", "2xndv2", "3xndv2"])
+@pytest.mark.parametrize("name", ["fattree:4", "2xndv2", "3xndv2", "2xndv4"])
 def test_switched_fabrics_are_certified_optimal(name: str) -> None:
     topo = builtin(name)
     result = trees(topo, make_collective("allgather", topo.num_ranks), 64 * MIB, chunks_per_tree=1)
@@ -101,3 +102,28 @@ def test_integer_rates_are_exact_or_rounded_down() -> None:
     assert integer_rates([1.0, 2.0, 0.5]) == [2, 4, 1]
     caps = integer_rates([1 / 52.5, 1 / 3.833])
     assert caps[0] == 16 and caps[1] / 16 <= 52.5 / 3.833 < (caps[1] + 1) / 16
+
+
+def test_exact_rates_keep_the_ndv4_ratio() -> None:
+    assert integer_rates([1 / 52.5, 1 / 3.833], EXACT_DENOMINATOR) == [3833, 52500]
+
+
+def test_rounding_that_costs_the_optimum_packs_at_exact_rates() -> None:
+    """2xndv4: a rank's ingress (NVSwitch port + NIC) is the bound, and NVSwitch/IB = 52500/3833 is no multiple
+    of 1/16: the rounded rates would miss it, the exact ones meet it with few distinct trees."""
+    topo = builtin("2xndv4")
+    rounded = relay_graph(topo)
+    assert rounded is not None
+    rounded_rate, _ = optimal_rate_graph(16, rounded.num_nodes, [(a, b, c) for a, b, _, c in rounded.arcs])
+    exact = switched_packing(topo)
+    assert exact is not None and exact.weighted and exact.rate == exact.optimal
+    assert rounded_rate / rounded.slowest < exact.rate / 3833 == (Fraction(52500, 3833) + 1) / 15
+    assert all(sum(mu for mu, _ in w) == exact.per_root for w in exact.trees.values())
+    assert sum(len(w) for w in exact.trees.values()) <= 4 * 16 < exact.per_root
+
+
+def test_chunks_follow_tree_weights() -> None:
+    assert _chunk_order([0.25] * 4, 8) == [0, 1, 2, 3, 0, 1, 2, 3]
+    order = _chunk_order([0.6, 0.3, 0.1], 10)
+    assert [order.count(t) for t in range(3)] == [6, 3, 1]
+    assert order[:3] == [0, 1, 0]  # spread, not in blocks
