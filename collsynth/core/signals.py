@@ -108,6 +108,17 @@ def terminate_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextmanager
+def keeping_finished_work(interrupt: BaseException) -> Iterator[None]:
+    """The block in which a command, stopped by `interrupt` (Ctrl-C, SIGTERM, or an exception raised from one),
+    saves its finished work: the frames the interrupt cut short are dropped first (`release_frames`: a solver's
+    state goes now, by reference counting, not later through whatever the saving leaves in reference cycles), and
+    further signals wait until the block ends (`interrupts_held`), so the files written are whole."""
+    release_frames(interrupt)
+    with interrupts_held():
+        yield
+
+
 def release_frames(error: BaseException) -> None:
     """Drops the tracebacks of `error` and of the exceptions it was raised from or while handling, clearing the
     locals of their finished frames first (for whoever else holds a traceback; frames still running are left as
