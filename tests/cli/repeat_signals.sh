@@ -4,7 +4,8 @@
 # The cases (slow-marked variants included: -m ""): the real-signal tests of every long command
 # (tests/cli/test_signals.py: pareto, milp/CBC, greedy, auto, tune, regress --jobs 2; the entry's SIGTERM and
 # start-up Ctrl-C; the catalog build's signals; the worker pool's start-up), the in-process interrupt tests of
-# milp, auto, regress, tune, pareto, report drawing and catalog build, and the native-call cases (
+# milp, auto, regress, tune, pareto, report drawing and catalog build (and, for every command that runs a solver,
+# that the interrupted frames are dropped: test_interrupt_frames.py), and the native-call cases (
 # HiGHS, CBC, finalizers). Each round runs under `timeout` (ROUND_TIMEOUT_S, default 900) and pytest-timeout
 # (thread method, 300 s a test), niced; odd rounds with SIGINT ignored. A failing round's output goes to LOG.failures.
 set -u
@@ -31,7 +32,7 @@ for round in $(seq 1 "$rounds"); do
     tests/catalog/test_catalog_build_claims.py::test_signals_keep_finished_work_and_leave_nothing_behind \
     tests/catalog/test_catalog_build.py::test_ctrl_c_keeps_finished_items_and_releases_claims \
     tests/catalog/test_catalog_build.py::test_ctrl_c_in_a_parallel_build_stops_workers \
-    tests/cli/test_interrupt_keeps_work.py \
+    tests/cli/test_interrupt_keeps_work.py tests/cli/test_interrupt_frames.py \
     tests/synth/test_milp_interrupt.py \
     tests/synth/test_report_links.py::test_ctrl_c_while_drawing_the_frontier_leaves_no_dangling_link \
     tests/synth/test_sccl_cli.py::test_ctrl_c_keeps_finished_points \
