@@ -3,7 +3,8 @@ its command runs (so `collsynth --help` starts in a fraction of a second: no sol
 
 Every error a user can cause is one line on stderr and exit code 2 (a `CollsynthError`, a click usage
 error, an OS error on a file); Ctrl-C and SIGTERM are exit 130 with no traceback, after the command's own
-interrupt handling kept its finished work.
+interrupt handling kept its finished work (inside `core.signals.keeping_finished_work`) and the interrupted
+frames were dropped (`_Main.invoke`).
 """
 
 from __future__ import annotations
@@ -92,6 +93,15 @@ class _Main(click.Group):
             _fail(f"{where}{exc.strerror or exc}; check the path and its permissions", 2)
         except RecursionError:
             _fail("input nested too deeply to process; simplify it", 2)
+        except KeyboardInterrupt as stop:
+            # Every command's interrupt passes here, after the command kept its finished work: the frames it cut
+            # short (a solver's z3 contexts, MILP models) are dropped now, by reference counting. Kept, they would
+            # live on through the SystemExit raised next (its __context__) or cycles made while saving, and the
+            # collector would free them at exit in no set order (a z3 context before its terms: minutes).
+            from collsynth.core.signals import release_frames
+
+            release_frames(stop)
+            raise
 
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, **extra: Any) -> Any:

@@ -76,7 +76,7 @@ def milp(topology: str, collective: str, sketch_path: str, size: str, solver: st
     TOPOLOGY is a built-in (ndv2, 2xdgx2, ...) or a JSON file (ours or a TACCL profile); a one-node
     topology is expanded to the sketch's number of nodes. Prints the stages (model sizes, solver
     times, status, gap) and the predicted time in microseconds."""
-    from collsynth.core.signals import interrupts_held
+    from collsynth.core.signals import keeping_finished_work
     from collsynth.synth.milp import MilpInterrupted, synthesize_milp
 
     if mip_gap < 0:
@@ -88,7 +88,7 @@ def milp(topology: str, collective: str, sketch_path: str, size: str, solver: st
         result = synthesize_milp(topo, collective, sketch, nbytes, solver=solver, time_limit=time_limit,
                                  gap=mip_gap, root=root)
     except MilpInterrupted as stop:  # Ctrl-C or SIGTERM: the best verified schedule so far is written, then exit 130
-        with interrupts_held():
+        with keeping_finished_work(stop):
             _emit(stop.result, note, output, report_dir, timeline)
             click.echo("interrupted: kept the best verified schedule found so far", err=True)
         raise

@@ -32,7 +32,7 @@ def regress(quick: bool, suite_path: Path | None, report_dir: Path | None, jobs:
     or slower than the baseline beyond the tolerance), 0 otherwise."""
     from collsynth.catalog import load_plan
     from collsynth.core.errors import CollsynthError
-    from collsynth.core.signals import interrupts_held
+    from collsynth.core.signals import keeping_finished_work
     from collsynth.regress import (
         BASELINE_PATH,
         RegressInterrupted,
@@ -57,7 +57,7 @@ def regress(quick: bool, suite_path: Path | None, report_dir: Path | None, jobs:
     try:
         result = run(plan, baseline, tolerance=tolerance, jobs=jobs, db_path=db_path)
     except RegressInterrupted as stop:  # the cases finished are reported (marked interrupted); no baseline
-        with interrupts_held():
+        with keeping_finished_work(stop):
             click.echo(summary_text(stop.result))
             if report_dir is not None:
                 write_report(stop.result, report_dir)

@@ -164,7 +164,7 @@ def least_steps_command(topology: str, collective: str, root: int | None, time_l
 def pareto(topology: str, collective: str, root: int | None, time_limit: float | None, call_time_limit: float,
            max_chunks: int, jobs: int, max_steps: int | None, report_dir: str | None, as_json: bool) -> None:
     """The Pareto frontier of steps against rounds per chunk for COLLECTIVE on TOPOLOGY."""
-    from collsynth.core.signals import release_frames
+    from collsynth.core.signals import keeping_finished_work
     from collsynth.synth.pareto import SweepInterrupted, pareto_frontier, sweep_document
     from collsynth.synth.report import ALGORITHMS_DIR, write_report
 
@@ -184,11 +184,11 @@ def pareto(topology: str, collective: str, root: int | None, time_limit: float |
         result = pareto_frontier(topo, coll, max_chunks=max_chunks, time_limit=call_time_limit, jobs=jobs,
                                  max_steps=max_steps, on_event=events, total_time_limit=time_limit)
     except SweepInterrupted as stop:
-        release_frames(stop)  # the sweep's z3 contexts go now, not through the cycles report drawing leaves
-        progress.stop()
-        if report_dir is not None:
-            write_report(stop.result, report_dir)
-            click.echo(f"interrupted: {len(stop.result.points)} points kept in {report_dir}", err=True)
+        with keeping_finished_work(stop):  # the sweep's z3 contexts go now, not through the report's cycles
+            progress.stop()
+            if report_dir is not None:
+                write_report(stop.result, report_dir)
+                click.echo(f"interrupted: {len(stop.result.points)} points kept in {report_dir}", err=True)
         raise
     finally:
         progress.stop()

@@ -70,8 +70,8 @@ def _finish(result: SynthesisResult, topo: Topology, coll: Any, size: int, outpu
             f"synthesized in {result.seconds:.2f} s"]
     try:
         bound = cut_bound_us(topo, coll, size)
-    except KeyboardInterrupt:  # the schedule is finished and verified: keep it (without the bound), exit 130
-        _keep_interrupted(algorithm, [*head, f"  model time {makespan:.1f} us"], output, report_dir)
+    except KeyboardInterrupt as stop:  # the schedule is finished and verified: keep it (without the bound), exit 130
+        _keep_interrupted(stop, algorithm, [*head, f"  model time {makespan:.1f} us"], output, report_dir)
         raise
     lines = [*head,
              f"  model time {makespan:.1f} us; cut bound {bound}; ratio {makespan / bound.time_us:.3f}"
@@ -96,13 +96,14 @@ def _write(algorithm: Algorithm, lines: list[str], bound: dict[str, Any] | None,
         write_atomic(folder / "summary.txt", "\n".join(lines) + "\n")
 
 
-def _keep_interrupted(algorithm: Algorithm, lines: list[str], output: str | None, report_dir: str | None) -> None:
-    """Ctrl-C or SIGTERM with a verified schedule in hand: write it (summary marked interrupted, no bound.json),
-    with further signals held until the files are complete."""
-    from collsynth.core.signals import interrupts_held
+def _keep_interrupted(stop: BaseException, algorithm: Algorithm, lines: list[str], output: str | None,
+                      report_dir: str | None) -> None:
+    """Ctrl-C or SIGTERM (`stop`) with a verified schedule in hand: write it (summary marked interrupted, no
+    bound.json), the interrupted frames dropped first and further signals held until the files are complete."""
+    from collsynth.core.signals import keeping_finished_work
 
     lines = [*lines, "  interrupted: this is the best verified schedule found so far (cut bound not computed)"]
-    with interrupts_held():
+    with keeping_finished_work(stop):
         click.echo("\n".join(lines))
         _write(algorithm, lines, None, output, report_dir)
         click.echo("interrupted: kept the best verified schedule found so far", err=True)
@@ -142,11 +143,12 @@ def auto_command(topology: str, collective: str, size: str, chunks: int, root: i
 
     try:
         result = auto(topo, coll, nbytes, time_limit=time_limit, seed=seed, on_found=found)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         if best:
             label, algorithm, time_us = best[0]
-            _keep_interrupted(algorithm, [f"auto: {coll.name} on {topo.name} ({topo.num_ranks} ranks), size {nbytes} B",
-                                          f"  best so far: {label}; model time {time_us:.1f} us"], output, report_dir)
+            lines = [f"auto: {coll.name} on {topo.name} ({topo.num_ranks} ranks), size {nbytes} B",
+                     f"  best so far: {label}; model time {time_us:.1f} us"]
+            _keep_interrupted(stop, algorithm, lines, output, report_dir)
         raise
     _finish(result, topo, coll, nbytes, output, report_dir)
 

@@ -14,27 +14,41 @@ closes all three: while it starts a worker (inside `submit`) SIGINT and SIGTERM 
 worker is always started whole; each worker begins with SIGINT blocked (inherited), ignores it in its first
 act and only then unblocks it; and `stop_pool` ends workers that may still be starting with SIGTERM (left at
 its default, so they die quietly) and SIGKILL after that, before the parent can remove anything.
+
+Layout (start-up of every command imports this module): `interrupts_held` lives in signals_held, the pool half in
+signals_pool (loaded on first use of its names here, as it imports multiprocessing); both are re-exported here.
 """
 
 from __future__ import annotations
 
 import _thread
-import functools
-import multiprocessing
 import signal
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+from collsynth.core.signals_held import HELD_SIGNALS as HELD_SIGNALS
+from collsynth.core.signals_held import interrupts_held as interrupts_held
 
+if TYPE_CHECKING:
+    from collsynth.core.signals_pool import SafeStartPool as SafeStartPool
+    from collsynth.core.signals_pool import stop_pool as stop_pool
+
+# Every command's entry (`collsynth --help` included) imports this module; the pool half needs multiprocessing
+# and concurrent.futures (~40 ms of start-up), so it lives in signals_pool and is loaded when first named here.
+_POOL_NAMES = frozenset({"SafeStartPool", "stop_pool"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _POOL_NAMES:
+        from collsynth.core import signals_pool
+
+        return getattr(signals_pool, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 class Terminated(KeyboardInterrupt):
     """A SIGTERM, raised where a Ctrl-C would be (a KeyboardInterrupt, so the same handlers keep finished work)."""
@@ -95,31 +109,14 @@ def terminate_as_interrupt() -> Iterator[None]:
 
 
 @contextmanager
-def interrupts_held() -> Iterator[None]:
-    """Within the block SIGINT and SIGTERM wait: one that arrives is acted on when the block ends, by the handler
-    in place then. Processes started in the block begin with SIGINT blocked (the signal mask is inherited), so a
-    Ctrl-C to the process group waits until they unblock it (`_start_worker`). Keep the block short. Outside the
-    main thread the block runs unchanged."""
-    if threading.current_thread() is not threading.main_thread():
+def keeping_finished_work(interrupt: BaseException) -> Iterator[None]:
+    """The block in which a command, stopped by `interrupt` (Ctrl-C, SIGTERM, or an exception raised from one),
+    saves its finished work: the frames the interrupt cut short are dropped first (`release_frames`: a solver's
+    state goes now, by reference counting, not later through whatever the saving leaves in reference cycles), and
+    further signals wait until the block ends (`interrupts_held`), so the files written are whole."""
+    release_frames(interrupt)
+    with interrupts_held():
         yield
-        return
-    arrived: list[int] = []
-
-    def hold(signum: int, frame: FrameType | None) -> None:
-        arrived.append(signum)
-
-    # Python runs handlers in the main thread whichever thread the kernel picked, so swapping the handlers holds
-    # the signal for the whole process; the mask only matters for what children inherit.
-    previous = {signum: signal.signal(signum, hold) for signum in HELD_SIGNALS}
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a SIGINT held by the mask reaches `hold` here
-        for held, handler in previous.items():
-            signal.signal(held, handler)
-        for signum in dict.fromkeys(arrived):
-            signal.raise_signal(signum)  # now acted on as usual (a KeyboardInterrupt, an exit, or nothing)
 
 
 def release_frames(error: BaseException) -> None:
@@ -133,6 +130,8 @@ def release_frames(error: BaseException) -> None:
     interrupted sweep, keeps such exceptions in reference cycles. The cyclic collector then frees those contexts
     in no set order, and a z3 context deleted before its terms frees them one scan of its whole term table per
     level of nesting (minutes for a big one). Cleared, they are freed at once, by reference counting."""
+    import traceback  # here, not at the top: every command's start-up imports this module
+
     pending: list[BaseException | None] = [error]
     seen: set[int] = set()
     while pending:
@@ -143,51 +142,3 @@ def release_frames(error: BaseException) -> None:
         traceback.clear_frames(current.__traceback__)
         current.__traceback__ = None
         pending += [current.__cause__, current.__context__]
-
-
-def _start_worker(initializer: Callable[[], None] | None) -> None:
-    """A pool worker's first act: ignore Ctrl-C (the parent decides), run `initializer`, then unblock SIGINT
-    (a Ctrl-C that arrived during start-up is dropped with it)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if initializer is not None:
-        initializer()
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
-class SafeStartPool(ProcessPoolExecutor):
-    """A pool of spawned workers that ignore Ctrl-C and that no signal catches half-started (module docstring).
-    Workers are started only inside `submit` (spawned pools start them on demand), so holding signals there
-    covers every start."""
-
-    def __init__(self, workers: int, initializer: Callable[[], None] | None = None) -> None:
-        super().__init__(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                         initializer=functools.partial(_start_worker, initializer))
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        """As `ProcessPoolExecutor.submit`; a worker that cannot be started raises `BrokenProcessPool`.
-
-        When a worker dies, the pool's manager thread closes the pool's pipes while `submit` may be spawning a
-        replacement; the spawn then passes a closed (or already reused) descriptor and fails with ValueError
-        ("bad value(s) in fds_to_keep") or OSError. That is the pool breaking, not the caller's error, so it is
-        reported the way every other broken pool is."""
-        with interrupts_held():
-            try:
-                return super().submit(fn, *args, **kwargs)
-            except (ValueError, OSError) as error:
-                raise BrokenProcessPool(f"a worker could not be started: {error}") from error
-
-
-def stop_pool(pool: ProcessPoolExecutor, grace_s: float = 5.0) -> None:
-    """Cancel queued work and end the workers now (a solver call may otherwise run to its time limit): SIGTERM,
-    then SIGKILL for any still alive after `grace_s`, so none outlives this call (a worker still starting
-    would otherwise find the pool's semaphores gone when the parent exits)."""
-    processes = list((getattr(pool, "_processes", None) or {}).values())  # no public API for this before 3.14
-    pool.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
-        if process.is_alive():
-            process.terminate()
-    for process in processes:
-        process.join(timeout=grace_s)
-        if process.is_alive():
-            process.kill()
-            process.join(timeout=grace_s)

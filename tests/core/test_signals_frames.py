@@ -1,13 +1,17 @@
 """collsynth.core.signals.release_frames: what the frames of an interrupt (and of the exceptions chained to it)
-held is freed at once by reference counting, even while those exceptions sit in a reference cycle."""
+held is freed at once by reference counting, even while those exceptions sit in a reference cycle; and
+keeping_finished_work, the block in which a command saves its work after an interrupt."""
 
 from __future__ import annotations
 
+import signal
 import weakref
 from collections.abc import Callable
 
+import pytest
+
 from collsynth.core.collector import paused_collector
-from collsynth.core.signals import release_frames
+from collsynth.core.signals import keeping_finished_work, release_frames
 
 
 class Held:
@@ -66,3 +70,15 @@ def test_a_running_frame_is_left_alone() -> None:
         mine = "still here"
         release_frames(stop)  # this frame is in the traceback and still running
         assert mine == "still here"
+
+
+@pytest.mark.usefixtures("ctrl_c_raises")
+def test_work_is_kept_with_the_interrupted_frames_gone_and_signals_held() -> None:
+    held: list[weakref.ref] = []
+    stop = interrupted_with(held)
+    # the second Ctrl-C, held while the work is saved, is raised as the block ends
+    with paused_collector(), pytest.raises(KeyboardInterrupt), keeping_finished_work(stop):
+        assert held[0]() is None  # dropped before the saving starts
+        signal.raise_signal(signal.SIGINT)
+        saved = True
+    assert saved
