@@ -189,13 +189,14 @@ def best(topology_spec: str, collective: str, size: str, db_path: Path, dtype: s
     from collsynth.catalog import Catalog, rank_entries
 
     with Catalog(db_path) as db:
-        ranked = rank_entries(db, topology_spec, collective, parse_size(size), dtype=dtype, inplace=inplace)[:top]
+        ranked = rank_entries(db, topology_spec, collective, parse_size(size), dtype=dtype, inplace=inplace)
         if with_plans:  # with --json the choice goes to stderr, so stdout stays one JSON document
             _best_backend(db, topology_spec, collective, parse_size(size), dtype, to_stderr=as_json)
     from collsynth.catalog.query import with_tuned_times
     from collsynth.catalog.select import tuned_at, tuned_ranges
 
-    ranked, how = with_tuned_times(ranked)
+    ranked, how = with_tuned_times(ranked)  # re-ranked by tuned times first, then cut: a tuned entry may rise
+    ranked, how = ranked[:top], how[:top]
     if as_json:
         click.echo(json.dumps([{**_entry_json(r.entry), "size_bytes": r.size_bytes, "time_us": r.time_us,
                                 "busbw_GBps": r.busbw_GBps, "simulated_now": r.simulated, "compiled_as": c,

@@ -86,6 +86,12 @@ def test_export_and_best_use_the_tuned_configuration_and_new_sizes_are_tuned(tmp
     rows = json.loads(result.output)
     assert rows[0]["time_us"] == tuned_wins[0].time_us and rows[0]["compiled_as"].startswith("tuned ")
     assert rows[0]["id"] == entry_of(tuned_wins[0].winner)
+    for w in tuned_wins:  # --top cuts the ranking after tuned times re-rank it, so the top row is the winner
+        result = cli_runner.invoke(main, ["catalog", "best", "fully_connected:4", "allgather", str(w.size_bytes),
+                                          "--db", str(db), "--json", "--top", "1"])
+        assert result.exit_code == 0, result.output
+        top = json.loads(result.output)
+        assert len(top) == 1 and top[0]["id"] == entry_of(w.winner) and top[0]["time_us"] == w.time_us
 
     more = write_plan(tmp_path, PLAN.replace('sizes = "1KB:1MB"', 'sizes = "1KB:16MB"'))
     with Catalog(db) as catalog:
