@@ -25,6 +25,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from collsynth.catalog import BuildEvent, Catalog, CompileVariant, EntryRow, Plan, expand_plan, load_plan, run_items
+from collsynth.core.signals import release_frames
 from collsynth.regress.baseline import Baseline
 from collsynth.regress.case_entry import CaseEntry
 from collsynth.regress.model_gate import ModelCheck, model_checks, port_steps
@@ -156,6 +157,7 @@ def run_suite(plan: Plan, *, jobs: int = 1, db_path: str | Path | None = None,
             try:
                 run_items(catalog, items, jobs=jobs, on_event=on_event, item_timeout_s=plan.item_timeout_s)
             except KeyboardInterrupt as stop:  # the items recorded before it are judged; the rest are not
+                release_frames(stop)  # the cut-short build's frames go now, not with whoever keeps what is raised
                 entries, failed = _recorded(catalog, keys, plan.dtype)
                 raise SuiteInterrupted(entries, failed, len(catalog.finished_keys() & keys), len(keys)) from stop
             return _recorded(catalog, keys, plan.dtype)
@@ -345,6 +347,7 @@ def regress(plan: Plan, baseline: Baseline, *, tolerance: float = DEFAULT_TOLERA
     try:
         entries, failed = run_suite(plan, jobs=jobs, db_path=db_path, on_event=on_event)
     except SuiteInterrupted as stop:
+        release_frames(stop)
         raise RegressInterrupted(evaluate(
             plan, stop.entries, stop.failed, baseline, tolerance=tolerance, seconds=time.perf_counter() - started,
             expected=expected, interrupted=f"{stop.finished} of {stop.total} items finished")) from stop

@@ -27,6 +27,7 @@ import time
 import z3
 
 from collsynth.collectives import Collective
+from collsynth.core.signals import release_frames
 from collsynth.encodings.bounds import lower_bound_steps
 from collsynth.schedule import SynthesisResult, pareto_optimal
 from collsynth.synth.instance import SynthesisError
@@ -82,7 +83,8 @@ def pareto_frontier(topology: Topology, collective: Collective, *, max_chunks: i
     sweep = Sweep(topology, base, limits, notify, bounds=(steps_lb, ratio_lb))
     try:
         stopped = sweep.run()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
+        release_frames(stop)  # the cut-short solver frames (z3 contexts) go now, not with whoever keeps this
         raise SweepInterrupted(frontier_result(topology, base, (steps_lb, ratio_lb), tuple(sweep.points),
                                                tuple(sweep.tried), INTERRUPTED, time.perf_counter() - start)) from None
     return frontier_result(topology, base, (steps_lb, ratio_lb), tuple(sweep.points), tuple(sweep.tried), stopped,

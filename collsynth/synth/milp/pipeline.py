@@ -32,6 +32,7 @@ from typing import Any
 from collsynth.collectives import Collective
 from collsynth.collectives.spec import canonical_name, make_collective
 from collsynth.core.enums import Status
+from collsynth.core.signals import release_frames
 from collsynth.encodings.milp_instance import RoutingInstance, build_instance
 from collsynth.encodings.milp_model import SOLVERS, SolverError, stop_grace
 from collsynth.encodings.milp_ordering import evaluate
@@ -171,6 +172,7 @@ def synthesize_milp(topology: Topology, collective: str | Collective, sketch: Sk
         final, lower = _final(run, reports)
         return _result(run, final, lower, size_bytes, time_limit, [*reports])
     except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: the best schedule in hand, verified, is kept
+        release_frames(stop)  # the cut-short solver frames go now, not with whoever keeps what is raised
         best, lower = run.in_hand.best, run.in_hand.lower
         if isinstance(stop, StagesInterrupted) and stop.best is not None:  # the stage's best: at least as good
             best, lower = stop.best, stop.lower

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from collsynth.core.signals import release_frames
 from collsynth.schedule.result import StageReport
 from collsynth.synth.milp.parameters import BUDGET_SPENT, SKIPPED, MilpParameters
 
@@ -148,6 +149,7 @@ def run_stages(stages: Sequence[Stage[W]], work: W, clock: Clock, parameters: Mi
     except StagesInterrupted:
         raise
     except KeyboardInterrupt as stop:
+        release_frames(stop)  # the cut-short solver frames go now, not with whoever keeps this
         raise StagesInterrupted(work.in_hand, work.lower) from stop
 
 
