@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 from collsynth.collectives.spec import canonical_name, display_name
+from collsynth.core.collector import paused_collector
 from collsynth.core.costs import (  # noqa: F401  (TILE_BYTES_BY_PROTOCOL, LOCAL_ALPHA_US re-exported)
     COPY_BETA_US_PER_MIB,
     LOCAL_ALPHA_US,
@@ -140,7 +141,17 @@ def simulate(ir: Algo, topology: Topology, sizes: Iterable[int], *, dtype: str =
     """Time `ir` on `topology` for each requested size (bytes, nccl-tests `-b/-e` style). `planned`: the
     plan `engine.plan(ir, topology)` made earlier (planning is size-independent; a tuner times one IR at
     many sizes); None: planned here. `stop_at`: raise `engine.NotFaster` once a size's time is proved to be
-    at least that many us (a search that only needs to know whether it beats a time; see `engine.run`)."""
+    at least that many us (a search that only needs to know whether it beats a time; see `engine.run`).
+
+    The cyclic collector is paused for the whole call, not only in the event loop: the plan is millions of
+    acyclic records at 1024 ranks, and where it is made here it is also freed before the pause ends, so the
+    collection that follows the pause does not scan it (or the caller's heap, a compiled IR) once more."""
+    with paused_collector():
+        return _simulate(ir, topology, sizes, dtype=dtype, model=model, planned=planned, stop_at=stop_at)
+
+
+def _simulate(ir: Algo, topology: Topology, sizes: Iterable[int], *, dtype: str, model: SimModel | None,
+              planned: engine.Plan | None, stop_at: float) -> SimResult:
     model = model or SimModel()
     type_name, elem_bytes = dtype_info(dtype)
     if ir.nchunksperloop < 1:
