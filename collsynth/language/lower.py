@@ -101,14 +101,23 @@ class _Lowering:
                  at: tuple[int, str] = (0, ""), place: Placement | None = None) -> None:
         self.builder, self.algorithm, self.coll, self.stage, self.place = builder, algorithm, coll, stage, place
         self.line, self.file = at
-        self.current: dict[tuple[int, int], Place] = {}  # (chunk, rank) -> where the rank holds it now
-        self.scratch: dict[tuple[int, int], Place] = {}  # (chunk, rank) -> its scratch home
+        # The state per (chunk, rank) lives in flat lists at chunk * num_ranks + rank: a million pairs at 1024 ranks,
+        # read several times per send, where a list index costs far less than a look-up of a tuple key.
+        self.n = n = coll.num_ranks
+        self.num_chunks = coll.num_chunks
+        self.current: list[Place | None] = [None] * (coll.num_chunks * n)  # where the rank holds the chunk now
+        self.scratch: dict[int, Place] = {}  # the chunk's scratch home on the rank
         self.scratch_used: defaultdict[int, int] = defaultdict(int)
-        # (chunk, rank) -> output index on the ranks that must hold the chunk at the end (its postcondition):
-        # home() runs per send, and one look-up answers both "must it?" and "where?".
-        self._outputs = {(c, r): i for c, r, i in coll.outputs}
+        # The output index on the ranks that must hold the chunk at the end (its postcondition), else None: home()
+        # runs per send, and one look-up answers both "must it?" and "where?".
+        self._outputs: list[int | None] = [None] * (coll.num_chunks * n)
+        for c, r, i in coll.outputs:
+            self._outputs[c * n + r] = i
+        # Out of place, an output home is one of these tuples: shared, not one new tuple per send.
+        size = max(coll.output_chunks, 1 + max((i for *_, i in coll.outputs), default=-1))
+        self._output_places = [(OUTPUT, i) for i in range(size)]
         for c, r, i in coll.inputs:
-            self.current[(c, r)] = self._alias(r, INPUT, i)
+            self.current[c * n + r] = self._alias(r, INPUT, i)
 
     def _alias(self, rank: int, buffer: str, index: int) -> Place:
         if not self.coll.inplace:
@@ -121,48 +130,72 @@ class _Lowering:
         return (SCRATCH, index)
 
     def home(self, chunk: int, rank: int) -> Place:
-        index = self._outputs.get((chunk, rank))
+        key = chunk * self.n + rank
+        index = self._outputs[key]
         if index is not None:
-            return self._alias(rank, OUTPUT, index)
-        if not self.coll.combining and (chunk, rank) in self.current:
-            return self.current[(chunk, rank)]  # a non-combining chunk never changes: keep it where it is
-        if (chunk, rank) not in self.scratch:
-            self.scratch[(chunk, rank)] = self._new_scratch(rank)
-        return self.scratch[(chunk, rank)]
+            return self._alias(rank, OUTPUT, index) if self.coll.inplace else self._output_places[index]
+        held = self.current[key]
+        if not self.coll.combining and held is not None:
+            return held  # a non-combining chunk never changes: keep it where it is
+        if key not in self.scratch:
+            self.scratch[key] = self._new_scratch(rank)
+        return self.scratch[key]
 
     def run(self) -> None:
         for t, step in enumerate(self.algorithm.steps):
-            self._lower_step(t, _dedupe(step.sends, self.coll.combining, self.current))
+            self._lower_step(t, self._checked(t, step.sends))
         # Every (chunk, rank) of the postcondition, in (chunk, rank) order: it must hold the chunk, in its home
         # slot. One pass over the outputs finds the few that do not already (a rank's own chunk of an AllGather);
         # only those are looked at again, in order (a copy changes only its own pair).
-        current, alias, pending = self.current.get, self._alias, set()
+        current, n, pending = self.current, self.n, []
+        homes = self._output_places if not self.coll.inplace else None
         for c, r, i in self.coll.outputs:
-            where = current((c, r))
-            if where is None or where != alias(r, OUTPUT, i):
-                pending.add((c, r))
-        for c, r in sorted(pending):
-            where, home = current((c, r)), self.home(c, r)
+            where = current[c * n + r]
+            if where is None or where != (homes[i] if homes is not None else self._alias(r, OUTPUT, i)):
+                pending.append((c, r))
+        for c, r in sorted(set(pending)):
+            where, home = current[c * n + r], self.home(c, r)
             if where is None:
                 raise LoweringError(f"{self.algorithm.name}: rank {r} never receives chunk {c}")
             if where != home:
                 self._copy(r, where, r, home)
-                self.current[(c, r)] = home
+                current[c * n + r] = home
+
+    def _checked(self, t: int, sends: tuple[Send, ...]) -> list[Send]:
+        """The step's sends, less the copies of a non-combining chunk to a rank that already has it (they change
+        nothing); every chunk and rank must exist (the flat state would read another pair's entry)."""
+        n, chunks, current, combining = self.n, self.num_chunks, self.current, self.coll.combining
+        seen: set[int] = set()
+        kept = []
+        for send in sends:
+            chunk, src, dst = send.chunk, send.src, send.dst
+            if not (0 <= chunk < chunks and 0 <= src < n and 0 <= dst < n):
+                raise LoweringError(f"{self.algorithm.name}: step {t}: send {send} names a chunk or rank outside "
+                                    f"the collective's {chunks} chunks and {n} ranks")
+            if combining:
+                continue
+            key = chunk * n + dst
+            if key in seen or current[key] is not None:
+                continue
+            seen.add(key)
+            kept.append(send)
+        return list(sends) if combining else kept
 
     def _lower_step(self, t: int, sends: list[Send]) -> None:
         # Plan every op against the state at the start of the step. (The home of a chunk on a rank that must
         # hold it, out of place, is inlined: this loop runs once per send, a million times at 1024 ranks.)
         planned = []
-        current, home, outputs = self.current.get, self.home, self._outputs.get
+        current, home, outputs, places, n = self.current, self.home, self._outputs, self._output_places, self.n
         out_of_place = not self.coll.inplace
         for send in sends:
-            chunk, dst_rank = send.chunk, send.dst
-            src = current((chunk, send.src))
+            chunk = send.chunk
+            base = chunk * n
+            src = current[base + send.src]
             if src is None:
                 raise LoweringError(f"{self.algorithm.name}: step {t}: rank {send.src} sends chunk {chunk} "
                                     "before holding it")
-            index = outputs((chunk, dst_rank)) if out_of_place else None
-            planned.append((send, src, (OUTPUT, index) if index is not None else home(chunk, dst_rank)))
+            index = outputs[base + send.dst] if out_of_place else None
+            planned.append((send, src, places[index] if index is not None else home(chunk, send.dst)))
         if self.stage:
             planned = self._stage_groups(t, planned)
         # A link's sends in slot order, so contiguous ones are adjacent (one message); timed (MILP) sends in
@@ -170,15 +203,15 @@ class _Lowering:
         # schedule fixes no order and ranks sit behind switch ports, rank r's peers in rotated order r+1, r+2,
         # ... (mod n): when every rank sends to many peers through its one port, no two ranks then target the
         # same receiving port at once (ascending order sends every rank to rank 0 first).
-        n = self.algorithm.topology.num_ranks if self.algorithm.topology.switches else 0
-        keys = [(send.start_us or 0.0, send.src, (send.dst - send.src) % n if n else send.dst, src, dst)
+        rotate = self.algorithm.topology.num_ranks if self.algorithm.topology.switches else 0
+        keys = [(send.start_us or 0.0, send.src, (send.dst - send.src) % rotate if rotate else send.dst, src, dst)
                 for send, src, dst in planned]
         planned = [planned[k] for k in sorted(range(len(planned)), key=keys.__getitem__)]  # stable, as a sort by key
         emit, line, file, now, place = self.builder.emit, self.line, self.file, self.current, self.place
         for send, src, dst in self._order_reads_before_writes(planned):
-            key = (send.chunk, send.dst)
+            key = send.chunk * n + send.dst
             if send.op == REDUCE:
-                here = now.get(key)
+                here = now[key]
                 if here is None:
                     raise LoweringError(f"{self.algorithm.name}: step {t}: rank {send.dst} reduces into chunk "
                                         f"{send.chunk} without holding a contribution")
@@ -215,7 +248,7 @@ class _Lowering:
                     self._copy(s, src, s, (SCRATCH, first + k))
                 block = [(SCRATCH, first + k) for k in range(len(group))]
             direct = (not reducing and _contiguous(homes) and not any((d, h) in read for h in homes)
-                      and all((p[0].chunk, d) not in self.current for p in group))
+                      and all(self.current[p[0].chunk * self.n + d] is None for p in group))
             if direct:
                 targets = homes
             else:
@@ -224,9 +257,9 @@ class _Lowering:
             self._emit(COPY, Slot(s, block[0][0], block[0][1], len(group)),
                        Slot(d, targets[0][0], targets[0][1], len(group)))
             for (send, _, home), target in zip(group, targets, strict=True):
-                key = (send.chunk, d)
+                key = send.chunk * self.n + d
                 if reducing:
-                    here = self.current.get(key)
+                    here = self.current[key]
                     if here is None:
                         raise LoweringError(f"{self.algorithm.name}: step {t}: rank {d} reduces into chunk "
                                             f"{send.chunk} without holding a contribution")
@@ -305,20 +338,6 @@ class _Lowering:
 def _contiguous(slots: list[Place]) -> bool:
     """Whether the slots are consecutive indices of one buffer, in this order."""
     return all(b[0] == slots[0][0] and b[1] == slots[0][1] + k for k, b in enumerate(slots))
-
-
-def _dedupe(sends: tuple[Send, ...], combining: bool, current: dict) -> list[Send]:
-    """Drop copies of a non-combining chunk to a rank that already has it (they change nothing)."""
-    if combining:
-        return list(sends)
-    seen, kept = set(), []
-    for send in sends:
-        key = (send.chunk, send.dst)
-        if key in seen or key in current:
-            continue
-        seen.add(key)
-        kept.append(send)
-    return kept
 
 
 # --- a readable, runnable Python file -------------------------------------------------------------

@@ -20,6 +20,7 @@ from collsynth.language import ProgramBuilder, ProgramError
 from collsynth.language.builder import caller_location
 from collsynth.language.lower import LoweringError, _lower, lower_to_program
 from collsynth.language.program import COPY, REDUCE, ChunkOp, Program, Slot, chunk_op, unit_slot
+from collsynth.schedule import Send, Step
 from collsynth.topologies import fully_connected, ring
 
 CASES = {**ALGORITHMS, "greedy-torus": lambda: greedy_allgather("torus:3x3")}
@@ -191,3 +192,14 @@ def test_emit_refuses_or_converts_hints_as_the_general_path(hints, monkeypatch):
     fast = emitted()
     _general_only(monkeypatch)
     assert fast == emitted()
+
+
+@pytest.mark.parametrize("chunk, src, dst", [(0, 9, 1), (0, -1, 1), (0, 0, 9), (0, 0, -8), (9, 0, 1), (-1, 0, 1)])
+def test_a_send_outside_the_chunks_or_ranks_is_refused_by_name(chunk, src, dst):
+    # The state per (chunk, rank) is one flat list: chunk 0 on rank 9 of 9 ranks would be chunk 1 on rank 0.
+    algorithm = CASES["greedy-torus"]()
+    bad = Send(chunk, src, dst)
+    cut = replace(algorithm, steps=(Step(1, (bad,)), *algorithm.steps))
+    with pytest.raises(LoweringError, match=rf"step 0: send {bad} names a chunk or rank outside the collective's "
+                                            "9 chunks and 9 ranks"):
+        lower_to_program(cut)
