@@ -190,34 +190,54 @@ def _many_instances(members: tuple[int, ...], tb_waits: tuple[Waits, ...], instr
                     layout: dict[str, tuple[str, int, int]], new_id: list[int], copies: int, interleaved: bool,
                     cross: dict[Access, tuple[Access, ...]], runs_at: tuple[StepRef, ...]) -> list[tuple[LStep, ...]]:
     """The steps of one threadblock's `copies` instances (see the module docstring), per instance."""
-    # Instance k of a step reads and writes at (first offset) + k * (stride): each step's part is computed once.
+    # Instance k of a step reads and writes at (first offset) + k * (stride): each step's part is computed once,
+    # and so are its own instance's waits as _uncovered reads them (the latest per threadblock, by threadblock:
+    # threadblock dt of instance k is dt * copies + k, the same order for every k).
     parts = []
     for i, waits in zip(members, tb_waits, strict=True):
         ins = instrs[i]
         cnt = ins.cnt
         sb, sstart, ssize = layout[ins.src_buf]
         db, dstart, dsize = layout[ins.dst_buf]
+        own: Waits | list[Dep] = waits
+        if cross and len(waits) > 1:
+            latest: dict[int, int] = {}
+            for dt, ds in waits:
+                if ds > latest.get(dt, -1):
+                    latest[dt] = ds
+            own = sorted(latest.items())
         if interleaved:
             parts.append((i, ins.kind, sb, sstart + ins.src_off * copies, cnt, db, dstart + ins.dst_off * copies, cnt,
-                          cnt, waits, ins.line))
+                          cnt, waits, own, ins.line))
         else:
             parts.append((i, ins.kind, sb, sstart + ins.src_off, ssize, db, dstart + ins.dst_off, dsize, cnt, waits,
-                          ins.line))
+                          own, ins.line))
     instances = []
     for k in range(copies):
+        if not cross:
+            instances.append(tuple([lstep_of_fields((kind, sb, so + k * sstride, db, do + k * dstride, cnt,
+                                                     tuple([(new_id[dt * copies + k], ds) for dt, ds in waits])
+                                                     if waits else (), False, line))
+                                    for _, kind, sb, so, sstride, db, do, dstride, cnt, waits, _, line in parts]))
+            continue
         steps = []
         waited: dict[int, int] = {}  # threadblock -> latest step this threadblock already waited for
-        for i, kind, sb, so, sstride, db, do, dstride, cnt, waits, line in parts:
-            if cross:
-                both = [(dt * copies + k, ds) for dt, ds in waits]
-                both += [(runs_at[p].tb * copies + kp, runs_at[p].step) for p, kp in cross.get((i, k), ())]
-                waits_to = tuple([(new_id[a], b) for a, b in _uncovered(both, waited)])
-            elif waits:
-                waits_to = tuple([(new_id[dt * copies + k], ds) for dt, ds in waits])
+        for i, kind, sb, so, sstride, db, do, dstride, cnt, waits, own, line in parts:
+            others = cross.get((i, k))
+            if others is None:  # _uncovered of this instance's own waits, from their instance-free form
+                kept = []
+                for dt, ds in own:
+                    t = dt * copies + k
+                    if waited.get(t, -1) < ds:
+                        kept.append((new_id[t], ds))
+                        waited[t] = ds
+                waits_to = tuple(kept)
             else:
-                waits_to = ()
-            step = (kind, sb, so + k * sstride, db, do + k * dstride, cnt, waits_to, False, line)
-            steps.append(lstep_of_fields(step))
+                both = [(dt * copies + k, ds) for dt, ds in waits]
+                both += [(runs_at[p].tb * copies + kp, runs_at[p].step) for p, kp in others]
+                waits_to = tuple([(new_id[a], b) for a, b in _uncovered(both, waited)])
+            steps.append(lstep_of_fields((kind, sb, so + k * sstride, db, do + k * dstride, cnt, waits_to, False,
+                                          line)))
         instances.append(tuple(steps))
     return instances
 
@@ -262,22 +282,28 @@ def cross_instance_waits(placement: Placement, copies: int,
             tables = positions[(rank, buf)] = ({}, {})
         return tables
 
+    # A buffer that only one-chunk steps touch has instance k's parts at positions k (mod copies) alone: no
+    # other instance touches them, so its positions are not traced.
+    wide = {(ins.rank, buf) for ins in instrs if ins.cnt > 1 for buf in (ins.src_buf, ins.dst_buf)}
     waits: dict[Access, tuple[Access, ...]] = {}
     for i, ins in enumerate(instrs):  # a topological order: instrs that conflict come in program order
         kind, rank, cnt = ins.kind, ins.rank, ins.cnt
-        reads = [(of(rank, ins.src_buf), ins.src_off)] if kind in _READS_SRC else []
-        if kind in _READS_DST:
-            reads.append((of(rank, ins.dst_buf), ins.dst_off))
-        written = of(rank, ins.dst_buf) if kind in _WRITES_DST else None
+        src, dst = (rank, ins.src_buf), (rank, ins.dst_buf)
+        reads = [(of(*src), ins.src_off * copies)] if kind in _READS_SRC and src in wide else []
+        if kind in _READS_DST and dst in wide:
+            reads.append((of(*dst), ins.dst_off * copies))
+        written = of(*dst) if kind in _WRITES_DST and dst in wide else None
+        if not reads and written is None:
+            continue
         for k in range(copies):
             me = (i, k)
-            found: set[Access] = set()
-            for (last_writer, readers), off in reads:
-                first = off * copies + k * cnt
+            found: list[Access] = []  # of other instances only (own instance: the DAG's dependencies)
+            for (last_writer, readers), base in reads:
+                first = base + k * cnt
                 for pos in range(first, first + cnt):
                     w = last_writer.get(pos)
-                    if w is not None:
-                        found.add(w)
+                    if w is not None and w[1] != k:
+                        found.append(w)
                     rs = readers.get(pos)
                     if rs is None:
                         readers[pos] = [me]
@@ -288,16 +314,15 @@ def cross_instance_waits(placement: Placement, copies: int,
                 first = ins.dst_off * copies + k * cnt
                 for pos in range(first, first + cnt):
                     rs = readers.pop(pos, None)
-                    if rs:
-                        found.update(rs)  # write after read; those readers already follow the last write
+                    if rs:  # write after read; those readers already follow the last write
+                        found += [a for a in rs if a[1] != k]
                     else:
                         w = last_writer.get(pos)
-                        if w is not None:
-                            found.add(w)  # write after write
+                        if w is not None and w[1] != k:
+                            found.append(w)  # write after write
                     last_writer[pos] = me
-            other = tuple(sorted(a for a in found if a[1] != k))  # own instance: the DAG's dependencies
-            if other:
-                waits[me] = other
+            if found:
+                waits[me] = tuple(sorted(set(found)))
     return waits
 
 
