@@ -72,7 +72,6 @@ class Instr(NamedTuple):
     preds: tuple[int, ...] = ()  # same-rank dependencies, each < its instr
     after: tuple[int, ...] = ()  # the previous message(s) of the instr's connection(s), each < it
     send_to: int = -1  # the matched receiving instr of a sending instr, else -1
-    channel: int = -1  # set by assign_channels; a local copy/reduction without a hint keeps -1 (any)
 
     def __str__(self) -> str:
         span = "" if self.cnt == 1 else f"x{self.cnt}"
@@ -88,7 +87,7 @@ class Instr(NamedTuple):
         return f"r{self.rank} {self.kind:<4} {body}{peers}{hints}{line}"
 
 
-# An Instr from all 16 fields in order, without NamedTuple.__new__'s argument handling (half the cost; the
+# An Instr from all 15 fields in order, without NamedTuple.__new__'s argument handling (half the cost; the
 # tracing makes millions of them).
 instr_of_fields = partial(tuple.__new__, Instr)
 STEP_FIELDS = 12  # Instr's fields before its edges: ins[:STEP_FIELDS] is the step itself
@@ -134,7 +133,7 @@ class InstrDAG:
         preds = numbering.edges(column(old, "preds"))
         queued = numbering.edges(column(old, "after")) if after is None else after
         send_to = numbering.targets(column(old, "send_to"))
-        made = [instr_of_fields((*ins[:STEP_FIELDS], p, a, t, ins.channel))
+        made = [instr_of_fields((*ins[:STEP_FIELDS], p, a, t))
                 for ins, p, a, t in zip(instrs, preds, queued, send_to, strict=True)]
         return InstrDAG(self.num_ranks, tuple(made), self.source)
 
@@ -236,16 +235,17 @@ def depths(dag: InstrDAG, queued: bool = True, edges: Edges | None = None) -> tu
     preds, after, send_to = edges or edge_columns(dag, queued)
     n = len(preds)
     rdepth = [0] * n
-    for i in range(n - 1, -1, -1):
+    # (one zip walked backwards instead of three lists indexed per instr)
+    for i, ps, qs, j in zip(range(n - 1, -1, -1), reversed(preds), reversed(after), reversed(send_to), strict=True):
         r = rdepth[i]
-        j = send_to[i]
-        if j >= 0 and rdepth[j] + 1 > r:
+        if j >= 0 and rdepth[j] >= r:
             r = rdepth[j] + 1
-        rdepth[i] = r
-        for p in preds[i]:
-            if rdepth[p] < r + 1:
-                rdepth[p] = r + 1
-        for p in after[i]:
+            rdepth[i] = r
+        r1 = r + 1
+        for p in ps:
+            if rdepth[p] < r1:
+                rdepth[p] = r1
+        for p in qs:
             if rdepth[p] < r:
                 rdepth[p] = r
     return forward_depths(dag, queued, (preds, after, send_to)), rdepth
@@ -256,16 +256,15 @@ def forward_depths(dag: InstrDAG, queued: bool = True, edges: Edges | None = Non
     preds, after, send_to = edges or edge_columns(dag, queued)
     n = len(preds)
     depth = [0] * n
-    for i in range(n):
+    for i, ps, qs, j in zip(range(n), preds, after, send_to, strict=True):  # (not three lists indexed per instr)
         d = depth[i]
-        for p in preds[i]:
+        for p in ps:
             if depth[p] >= d:
                 d = depth[p] + 1
-        for p in after[i]:
+        for p in qs:
             if depth[p] > d:
                 d = depth[p]
         depth[i] = d
-        j = send_to[i]
         if j >= 0 and depth[j] <= d:
             depth[j] = d + 1
     return depth
@@ -294,7 +293,8 @@ def trace_to_dag(program: Program) -> InstrDAG:
     for rank, buf, index in initial_slots(coll):
         last_writer[base[(rank, buf)] + index] = initial
     readers: list[list[int] | None] = [None] * total
-    last_message: dict[tuple[int, int], int] = {}  # (sender, receiver) -> index of the last send
+    ranks = program.num_ranks
+    last_message: dict[int, int] = {}  # sender * ranks + receiver -> index of the last send
     instrs: list[Instr] = []
 
     def read(i: int, first: int, cnt: int, deps: set[int], rank: int, buf: str, off: int, line: int) -> None:
@@ -326,26 +326,6 @@ def trace_to_dag(program: Program) -> InstrDAG:
     def ordered(deps: set[int]) -> tuple[int, ...]:
         return tuple(deps) if len(deps) < 2 else tuple(sorted(deps))
 
-    def copied_once(i: int, sfirst: int, j: int, dfirst: int, rank: int, buf: str, off: int, line: int) -> list[int]:
-        """read(i, sfirst, 1) then write(j, dfirst, 1) for a one-slot copy to another rank: the receive's
-        dependencies (the send's, the only one read, is `last_writer` before this call)."""
-        w = last_writer[sfirst]
-        if w == unwritten:
-            read(i, sfirst, 1, set(), rank, buf, off, line)  # raises
-        rs = readers[sfirst]
-        if rs is None:
-            readers[sfirst] = [i]
-        else:
-            rs.append(i)
-        rs = readers[dfirst]
-        if rs:
-            readers[dfirst] = None
-        else:
-            w = last_writer[dfirst]
-            rs = [w] if w >= 0 else []
-        last_writer[dfirst] = j
-        return rs
-
     for op in program.ops:
         src, dst, line = op.src, op.dst, op.line
         cnt = src.count
@@ -369,17 +349,30 @@ def trace_to_dag(program: Program) -> InstrDAG:
             deps.discard(i)
             instrs.append(instr_of_fields((COPY if copying else REDUCE, src.rank, sbuf, soff, dbuf, doff, cnt, -1, -1,
                                            -1 if op.sendtb is None or not manual else op.sendtb, channel, line,
-                                           ordered(deps), (), -1, -1)))
+                                           ordered(deps), (), -1)))
             continue
-        previous = last_message.get((src.rank, dst.rank))
-        last_message[(src.rank, dst.rank)] = i
+        connection = src.rank * ranks + dst.rank
+        previous = last_message.get(connection)
+        last_message[connection] = i
         j = i + 1
-        if cnt == 1 and copying:  # the common case, without sets
+        if cnt == 1 and copying:  # the common case, without sets: copied_once, inline
             w = last_writer[sfirst]
+            if w == unwritten:
+                read(i, sfirst, 1, set(), src.rank, sbuf, soff, line)  # raises
             send_deps: tuple[int, ...] = (w,) if w >= 0 else ()
-            recv_deps = copied_once(i, sfirst, j, dfirst, src.rank, sbuf, soff, line)
-            recv_preds = (tuple(recv_deps) if len(recv_deps) < 2 else
-                          tuple(sorted(set(recv_deps)))) if recv_deps else ()
+            rs = readers[sfirst]
+            if rs is None:
+                readers[sfirst] = [i]
+            else:
+                rs.append(i)
+            rs = readers[dfirst]
+            if rs:
+                readers[dfirst] = None
+                recv_preds = tuple(rs) if len(rs) < 2 else tuple(sorted(set(rs)))
+            else:
+                w = last_writer[dfirst]
+                recv_preds = (w,) if w >= 0 else ()
+            last_writer[dfirst] = j
         else:
             deps = set()
             read(i, sfirst, cnt, deps, src.rank, sbuf, soff, line)
@@ -392,10 +385,10 @@ def trace_to_dag(program: Program) -> InstrDAG:
             recv_preds = ordered(deps)
         instrs.append(instr_of_fields((SEND, src.rank, sbuf, soff, sbuf, soff, cnt, dst.rank, -1,
                                        -1 if op.sendtb is None or not manual else op.sendtb, channel, line,
-                                       send_deps, () if previous is None else (previous,), j, -1)))
+                                       send_deps, () if previous is None else (previous,), j)))
         instrs.append(instr_of_fields((RECV if copying else RECV_REDUCE_COPY, dst.rank, dbuf, doff, dbuf, doff, cnt, -1,
                                        src.rank, -1 if op.recvtb is None or not manual else op.recvtb, channel, line,
-                                       recv_preds, () if previous is None else (previous + 1,), -1, -1)))
+                                       recv_preds, () if previous is None else (previous + 1,), -1)))
     return InstrDAG(program.num_ranks, tuple(instrs), source)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import chain
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 
 import numpy as np
 
@@ -26,8 +26,8 @@ class Dependencies:
 
     def waits_of(self, i: int) -> Waits:
         """What instr i's step waits for."""
-        t, s = self.placement.at[i]
-        return self.waits[self.placement.dag.instrs[i].rank][t][s]
+        p = self.placement
+        return self.waits[p.dag.instrs[i].rank][int(p.tb_of[i])][int(p.step_of[i])]
 
     @property
     def count(self) -> int:
@@ -47,29 +47,29 @@ class Dependencies:
 
 def insert_dependencies(placement: Placement) -> Dependencies:
     """Each step waits for the last step it depends on in every other threadblock of its rank."""
-    instrs, at = placement.dag.instrs, placement.at
+    instrs, tb, step = placement.dag.instrs, placement.tb_of, placement.step_of
     n = len(instrs)
     preds = list(map(attrgetter("preds"), instrs))
     count = np.fromiter(map(len, preds), dtype=np.int64, count=n)
     heads = np.fromiter(chain.from_iterable(preds), dtype=np.int64, count=int(count.sum()))
-    tb = np.fromiter(map(itemgetter(0), at), dtype=np.int64, count=n)
     # The usual case, for all instrs at once: one dependency, which runs in another threadblock.
     single = np.flatnonzero(count == 1)
     pred = heads[(np.cumsum(count) - count)[single]]
     other = tb[pred] != tb[single]
     waiting, waited = single[other].tolist(), pred[other]
-    step = np.fromiter(map(itemgetter(1), at), dtype=np.int64, count=n)
     pairs = zip(zip(tb[waited].tolist(), step[waited].tolist(), strict=True))  # each a one-wait Waits
     waits_of: list[Waits] = [()] * n
     for i, wait in zip(waiting, pairs, strict=True):
         waits_of[i] = wait
-    for i in np.flatnonzero(count > 1).tolist():
-        mine = at[i].tb
+    several = np.flatnonzero(count > 1).tolist()
+    tbs, steps = (tb.tolist(), step.tolist()) if several else ([], [])
+    for i in several:
+        mine = tbs[i]
         latest: dict[int, int] = {}
         for p in preds[i]:
-            t, step = at[p]
-            if t != mine and step > latest.get(t, -1):
-                latest[t] = step
+            t, s = tbs[p], steps[p]
+            if t != mine and s > latest.get(t, -1):
+                latest[t] = s
         waits_of[i] = tuple(sorted(latest.items()))
     step_waits = waits_of.__getitem__
     return Dependencies(placement, tuple(tuple(tuple(map(step_waits, plan.instrs)) for plan in rank_tbs)

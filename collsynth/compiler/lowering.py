@@ -30,10 +30,11 @@ operands it needs by step type and ignores the others.
 from __future__ import annotations
 
 import json
+from collections import deque
 from dataclasses import dataclass, fields
 from functools import partial
-from itertools import chain, compress
-from operator import attrgetter
+from itertools import chain, compress, repeat
+from operator import add, attrgetter, itemgetter
 from typing import NamedTuple
 
 from collsynth.collectives import Collective
@@ -133,9 +134,9 @@ def instance_collective(collective: Collective, instances: int) -> Collective:
 def replicate_instances(dependencies: Dependencies, program: Program) -> TbProgram:
     """Concrete IR threadblocks for every instance (see the module docstring)."""
     placement = dependencies.placement
-    instrs, runs_at = placement.dag.instrs, placement.at
     coll = program.collective
     copies = program.instances
+    instrs, runs_at = placement.dag.instrs, placement.at if copies > 1 else ()  # (made per call: only if used)
     interleaved = program.options.interleaved_replication
     per_instance = 1 + max((tb.chan for tbs in placement.tbs for tb in tbs), default=0)
     sizes = {INPUT: buffer_size(coll, INPUT), OUTPUT: buffer_size(coll, OUTPUT)}
@@ -403,8 +404,6 @@ def _with_nops(tbs: tuple[LTb, ...]) -> tuple[LTb, ...]:
     return tuple(new_tbs)
 
 
-_NO_DEP = (-1, -1)  # depid, deps of a step that waits for nothing
-
 # Step is a frozen dataclass with slots: its __init__ sets every field through object.__setattr__, which costs
 # about three times as much as storing into the slots directly. The IR has one Step per step (millions at 1024
 # ranks), so lower_to_ir fills the slots itself: the same object, made the cheaper way (tests/compiler checks
@@ -434,14 +433,7 @@ def lower_to_ir(tbprog: TbProgram) -> Algo:
     """The MSCCL-IR `Algo` (nops inserted first: every step has at most one dependency)."""
     gpus = []
     for rank, tbs in enumerate(tbprog.gpus):
-        threadblocks = []
-        for t, tb in enumerate(tbs):
-            if max(map(len, map(_DEPS, tb.steps)), default=0) > 1:
-                raise ValueError("lower_to_ir needs insert_nops first: a step has several dependencies")
-            steps = tuple([step_of_fields(k, s.type, s.srcbuf, s.srcoff, s.dstbuf, s.dstoff, s.cnt,
-                                          *(s.deps[0] if s.deps else _NO_DEP), s.hasdep)
-                           for k, s in enumerate(tb.steps)])
-            threadblocks.append(Threadblock(t, tb.send, tb.recv, tb.chan, steps))
+        threadblocks = [Threadblock(t, tb.send, tb.recv, tb.chan, steps_of(tb.steps)) for t, tb in enumerate(tbs)]
         i_chunks, o_chunks, s_chunks = tbprog.sizes[rank]
         gpus.append(Gpu(rank, i_chunks, o_chunks, s_chunks, tuple(threadblocks)))
     meta = (("compiler", "collsynth"), ("program", tbprog.name), ("instances", str(tbprog.instances)),
@@ -450,6 +442,32 @@ def lower_to_ir(tbprog: TbProgram) -> Algo:
                 tbprog.nchunksperloop, len(gpus), tbprog.inplace, tuple(gpus), meta=meta)
 
 
+def steps_of(lsteps: tuple[LStep, ...]) -> tuple[Step, ...]:
+    """One threadblock's IR steps, made a field at a time: each field of every step is stored by one `map`
+    that runs in C (no Python call per step); one threadblock's steps stay in cache meanwhile. The same
+    steps as `step_of_fields` per step."""
+    n = len(lsteps)
+    if n == 0:
+        return ()
+    types, srcbufs, srcoffs, dstbufs, dstoffs, cnts, waits, hasdeps, _ = zip(*lsteps, strict=True)
+    if max(map(len, waits)) > 1:
+        raise ValueError("lower_to_ir needs insert_nops first: a step has several dependencies")
+    # a step's first wait, or (-1, -1): its waits + ((-1, -1),), item 0; then split into depid and deps
+    depids, deps = zip(*map(_FIRST, map(add, waits, repeat(_NO_WAIT, n))), strict=True)
+    steps = list(map(object.__new__, repeat(Step, n)))
+    for store, column in zip(_STEP_SLOTS, (range(n), types, srcbufs, srcoffs, dstbufs, dstoffs, cnts, depids, deps,
+                                           hasdeps), strict=True):
+        deque(map(store, steps, column), maxlen=0)
+    return tuple(steps)
+
+
+_FIRST = itemgetter(0)
+_NO_WAIT = ((-1, -1),)  # depid, deps of a step that waits for nothing
+
+
 def step_lines(tbprog: TbProgram) -> tuple[tuple[tuple[int, ...], ...], ...]:
     """The DSL line of every step (per GPU, per threadblock), for messages about the IR."""
-    return tuple(tuple(tuple(s.line for s in tb.steps) for tb in tbs) for tbs in tbprog.gpus)
+    return tuple(tuple(tuple(map(_LINE, tb.steps)) for tb in tbs) for tbs in tbprog.gpus)
+
+
+_LINE = attrgetter("line")

@@ -222,7 +222,7 @@ def fuse_instructions(dag: InstrDAG) -> InstrDAG:
         line = snd.line if 0 < snd.line < rec.line else rec.line
         merges.append(([j, s], instr_of_fields((fused_kind, rec.rank, rec.dst_buf, rec.dst_off, rec.dst_buf,
                                                 rec.dst_off, rec.cnt, snd.send_peer, rec.recv_peer, rec.tb_hint,
-                                                rec.ch_hint, line, (), (), -1, -1))))
+                                                rec.ch_hint, line, (), (), -1))))
     if not merges:
         return dag
     return _contract(dag, merges, depth)

@@ -24,40 +24,42 @@ import heapq
 from dataclasses import dataclass
 from functools import partial
 from itertools import chain
-from operator import add, attrgetter, itemgetter
+from operator import attrgetter
 from typing import NamedTuple
 
 import numpy as np
 
-from collsynth.compiler.dag import FUSED_TYPES, InstrDAG, depths, instr_of_fields, transfer_chain
+from collsynth.compiler.dag import FUSED_TYPES, InstrDAG, depths, transfer_chain
 from collsynth.compiler.errors import CompileError
 from collsynth.ir import COPY, MAX_CHANNELS, RECEIVING_TYPES, REDUCE, SEND, SENDING_TYPES
 
 
 @dataclass(frozen=True, slots=True)
 class ChannelledDAG:
-    """The DAG once every instr has its channel (`Instr.channel`; a local copy/reduction without a hint: -1,
-    any)."""
+    """The DAG and the channel of every instr (a local copy/reduction without a hint: -1, any). The DAG is the
+    previous form's, shared, not copied."""
 
     dag: InstrDAG
+    channel: tuple[int, ...]  # per instr
 
     def __str__(self) -> str:
-        instrs = self.dag.instrs
-        lines = [f"channels assigned: {len(set(ins.channel for ins in instrs if ins.channel >= 0))} in use"]
-        lines += [f"  {i}: ch{ins.channel:<2} {ins}" for i, ins in enumerate(instrs)]
+        instrs, channel = self.dag.instrs, self.channel
+        lines = [f"channels assigned: {len(set(c for c in channel if c >= 0))} in use"]
+        lines += [f"  {i}: ch{channel[i]:<2} {ins}" for i, ins in enumerate(instrs)]
         return "\n".join(lines)
 
 
 @dataclass(frozen=True, slots=True)
 class Schedule:
-    dag: InstrDAG  # its instrs carry their channels
+    dag: InstrDAG  # shared with the ChannelledDAG
     order: tuple[int, ...]  # all instrs, in execution priority order (a topological order)
+    channel: tuple[int, ...]  # per instr, the ChannelledDAG's
 
     def __str__(self) -> str:
         depth, rdepth = depths(self.dag)  # the priorities the schedule went by
-        instrs = self.dag.instrs
+        instrs, channel = self.dag.instrs, self.channel
         lines = [f"schedule of {len(self.order)} instrs (depth, reverse depth)"]
-        lines += [f"  {k}: #{i} ({depth[i]},{rdepth[i]}) ch{instrs[i].channel} {instrs[i]}"
+        lines += [f"  {k}: #{i} ({depth[i]},{rdepth[i]}) ch{channel[i]} {instrs[i]}"
                   for k, i in enumerate(self.order)]
         return "\n".join(lines)
 
@@ -77,13 +79,26 @@ class TbPlan:
     instrs: tuple[int, ...]  # in step order
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Placement:
-    """The threadblocks of every rank; `at` is derived from `tbs` (made by `of`), never set by hand."""
+    """The threadblocks of every rank; where each instr runs (`tb_of`, `step_of`, one array each, not a record per
+    instr) is derived from `tbs` (made by `of`), never set by hand."""
 
     dag: InstrDAG
     tbs: tuple[tuple[TbPlan, ...], ...]  # per rank
-    at: tuple[StepRef, ...]  # per instr: where it runs on its rank
+    tb_of: np.ndarray  # per instr: its threadblock on its rank
+    step_of: np.ndarray  # per instr: its index among that threadblock's steps
+
+    @property
+    def at(self) -> tuple[StepRef, ...]:
+        """Per instr: where it runs on its rank (made on each call)."""
+        return tuple(map(_step_ref, zip(self.tb_of.tolist(), self.step_of.tolist(), strict=True)))
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Placement) and self.dag == other.dag and self.tbs == other.tbs
+                and np.array_equal(self.tb_of, other.tb_of) and np.array_equal(self.step_of, other.step_of))
+
+    __hash__ = None  # type: ignore[assignment]  # (as a dataclass with eq: not hashable)
 
     @classmethod
     def of(cls, dag: InstrDAG, tbs: tuple[tuple[TbPlan, ...], ...]) -> Placement:
@@ -100,7 +115,7 @@ class Placement:
         tb_of, step_of = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
         tb_of[placed] = np.repeat(local, lengths)
         step_of[placed] = np.arange(n) - np.repeat(starts, lengths)
-        return cls(dag, tbs, tuple(map(_step_ref, zip(tb_of.tolist(), step_of.tolist(), strict=True))))
+        return cls(dag, tbs, tb_of, step_of)
 
     def __str__(self) -> str:
         lines = ["threadblocks"]
@@ -170,15 +185,10 @@ def assign_channels(dag: InstrDAG) -> ChannelledDAG:
 
 
 def with_channels(dag: InstrDAG, channels: list[int]) -> ChannelledDAG:
-    """The DAG with instr i on `channels[i]` (`Instr.channel` is its last field)."""
+    """The DAG with instr i on `channels[i]` (the DAG itself is shared: no record is rebuilt)."""
     if len(channels) != len(dag.instrs):
         raise ValueError(f"{len(channels)} channels for {len(dag.instrs)} instrs")
-    # each record as its fields less the channel + (channel,): one loop in C per step of the rebuild
-    made = map(instr_of_fields, map(add, map(_ALL_BUT_CHANNEL, dag.instrs), zip(channels)))
-    return ChannelledDAG(InstrDAG(dag.num_ranks, tuple(made), dag.source))
-
-
-_ALL_BUT_CHANNEL = itemgetter(slice(None, -1))
+    return ChannelledDAG(dag, tuple(channels))
 
 
 def _pairing_ok(instrs, fused, ch, pair_recv, pair_send) -> bool:  # type: ignore[no-untyped-def]
@@ -241,7 +251,7 @@ def assign_threadblocks(sched: Schedule, policy: str = "auto", *, pair: bool = T
     """Threadblock per instr (see the module docstring); steps of a threadblock follow `sched.order`.
     `pair=False`: plain sends and receives never share a threadblock with another connection's side."""
     dag = sched.dag
-    instrs = dag.instrs
+    instrs, channel = dag.instrs, sched.channel
     n = len(instrs)
     ranks = [_RankTbs() for _ in range(dag.num_ranks)]
     tb_of = [-1] * n
@@ -252,20 +262,20 @@ def assign_threadblocks(sched: Schedule, policy: str = "auto", *, pair: bool = T
         for i in sched.order:
             ins = instrs[i]
             if ins.tb_hint >= 0:
-                tb_of[i] = _place_user(dag, ranks[ins.rank], i, ins.channel)
+                tb_of[i] = _place_user(dag, ranks[ins.rank], i, channel[i])
     rest = [i for i in sched.order if tb_of[i] < 0] if manual else sched.order  # in schedule order
     # 2. fused pairs: one threadblock per (recv peer, send peer, channel), made before anything else
     #    can take one of its two sides.
     for i in rest:
         ins = instrs[i]
         if tb_of[i] < 0 and ins.kind in FUSED_TYPES:
-            tb_of[i] = _place_pair(dag, ranks[ins.rank], i, ins.channel)
+            tb_of[i] = _place_pair(dag, ranks[ins.rank], i, channel[i])
     # 3. plain sends and receives: the connection's threadblock, else pair with a related one.
     for i in rest:
         ins = instrs[i]
         if tb_of[i] >= 0 or ins.kind in (COPY, REDUCE):
             continue
-        rt, ch = ranks[ins.rank], ins.channel
+        rt, ch = ranks[ins.rank], channel[i]
         if ins.kind == SEND:
             t = rt.by_send.get((ins.send_peer, ch))
             if t is None:
@@ -289,7 +299,7 @@ def assign_threadblocks(sched: Schedule, policy: str = "auto", *, pair: bool = T
         ins = instrs[i]
         if tb_of[i] >= 0:
             continue
-        rt, ch = ranks[ins.rank], ins.channel
+        rt, ch = ranks[ins.rank], channel[i]
         if not rt.tbs:
             rt.new(-1, -1, max(ch, 0))
         t = rt.least_loaded()

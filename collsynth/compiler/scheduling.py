@@ -44,7 +44,7 @@ def schedule(cdag: ChannelledDAG, slots: int | None = FIFO_SLOTS) -> Schedule:
     if len(order) < n:
         stuck = next(i for i in range(n) if pending[i] > 0)
         raise CompileError(f"{dag.where(stuck)}internal error: the instruction DAG has a cycle at {dag.instrs[stuck]}")
-    return Schedule(dag, tuple(order))
+    return Schedule(dag, tuple(order), cdag.channel)
 
 
 def _list_schedule(by_rank: list[int], rank: list[int], pending: list[int], starts: list[int], targets: list[int],
@@ -60,16 +60,20 @@ def _list_schedule(by_rank: list[int], rank: list[int], pending: list[int], star
     parked: dict[int, list[int]] = {}  # ready sends of a full connection (priority ranks), a heap each
     push, pop = heapq.heappush, heapq.heappop
     order: list[int] = []
+    done = order.append
     at = 0  # the scan: every instr of rank >= at that is ready is in no heap
     while True:
         forced = False
-        while at < n and pending[by_rank[at]] > 0:
-            passed[by_rank[at]] = True
+        i = -1
+        while at < n:  # the scan skips (and marks) instrs still waiting; i: the first ready one, by_rank[at]
+            i = by_rank[at]
+            if pending[i] <= 0:
+                break
+            passed[i] = True
             at += 1
         if behind and (at == n or behind[0] < at):
             i = by_rank[pop(behind)]
         elif at < n:
-            i = by_rank[at]
             at += 1
         elif parked:  # every ready instr sends on a full connection: no order within the slots exists from here
             sent = min(parked, key=lambda c: parked[c][0])
@@ -83,7 +87,7 @@ def _list_schedule(by_rank: list[int], rank: list[int], pending: list[int], star
         if sent >= 0 and room[sent] <= 0 and not forced:
             push(parked.setdefault(sent, []), rank[i])
             continue
-        order.append(i)
+        done(i)
         received = recv_conn[i]
         if received >= 0:
             room[received] += 1
@@ -94,10 +98,10 @@ def _list_schedule(by_rank: list[int], rank: list[int], pending: list[int], star
                     del parked[received]
         if sent >= 0:
             room[sent] -= 1
-        for k in range(starts[i], starts[i + 1]):
-            s = targets[k]
-            pending[s] -= 1
-            if pending[s] == 0 and passed[s]:
+        for s in targets[starts[i]:starts[i + 1]]:
+            left = pending[s] - 1
+            pending[s] = left
+            if not left and passed[s]:
                 push(behind, rank[s])
 
 
@@ -133,7 +137,7 @@ def _connection_ids(cdag: ChannelledDAG) -> tuple[list[int], list[int], int]:
         return np.fromiter(map(attrgetter(name), instrs), dtype=np.int64, count=n) + 1  # -1 (none) becomes 0
 
     rank, send_peer, recv_peer = column("rank"), column("send_peer"), column("recv_peer")
-    channel = column("channel")
+    channel = np.asarray(cdag.channel, dtype=np.int64) + 1
     ranks, channels = cdag.dag.num_ranks + 1, int(channel.max(initial=0)) + 1
     sending, receiving = np.flatnonzero(code & 2), np.flatnonzero(code & 1)
     keys = np.concatenate([(rank[sending] * ranks + send_peer[sending]) * channels + channel[sending],

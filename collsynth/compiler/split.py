@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from collsynth.compiler.dag import column, transfer_chain
+from collsynth.compiler.dag import transfer_chain
 from collsynth.compiler.errors import CompileError
 from collsynth.compiler.placement import ChannelledDAG, Placement, Schedule, TbPlan, with_channels
 from collsynth.core.limits import MAX_CHANNELS, MAX_COUNT, MAX_TBS_PER_CHANNEL
@@ -131,10 +131,10 @@ def spread_channels(cdag: ChannelledDAG, k: int) -> ChannelledDAG:
     if k <= 1:
         return cdag
     used = channels_in_use(cdag)
-    channel = column(cdag.dag.instrs, "channel")
+    channel = list(cdag.channel)
     turn: dict[int, int] = {}
     for chain in chains(cdag):
-        c = cdag.dag.instrs[chain[0]].channel
+        c = cdag.channel[chain[0]]
         g = turn.get(c, 0)
         turn[c] = g + 1
         for m in chain:
@@ -144,7 +144,7 @@ def spread_channels(cdag: ChannelledDAG, k: int) -> ChannelledDAG:
 
 
 def channels_in_use(cdag: ChannelledDAG) -> int:
-    return max((ins.channel for ins in cdag.dag.instrs if ins.channel >= 0), default=0) + 1
+    return max((c for c in cdag.channel if c >= 0), default=0) + 1
 
 
 CompileOnce = Callable[[Program, int, bool], Algo]

@@ -27,8 +27,9 @@ def check_dag(dag: InstrDAG) -> None:
 
 def check_channels(cdag: ChannelledDAG) -> None:
     check_dag(cdag.dag)
-    for ins in cdag.dag.instrs:
-        assert ins.channel >= 0 or ins.kind not in SENDING_TYPES | RECEIVING_TYPES
+    assert len(cdag.channel) == len(cdag.dag.instrs)
+    for ins, ch in zip(cdag.dag.instrs, cdag.channel, strict=True):
+        assert ch >= 0 or ins.kind not in SENDING_TYPES | RECEIVING_TYPES
 
 
 def check_schedule(sched: Schedule) -> None:
@@ -40,10 +41,11 @@ def check_schedule(sched: Schedule) -> None:
 
 def check_placement(placed: Placement) -> None:
     seen = []
+    at = placed.at
     for rank, tbs in enumerate(placed.tbs):
         for t, tb in enumerate(tbs):
             for s, i in enumerate(tb.instrs):
-                assert placed.dag.instrs[i].rank == rank and placed.at[i] == (t, s)
+                assert placed.dag.instrs[i].rank == rank and at[i] == (t, s)
                 seen.append(i)
     assert sorted(seen) == list(range(len(placed.dag.instrs)))
 

@@ -126,8 +126,9 @@ def test_fused_chains_pair_peers_consistently_per_channel():
     b.chunk(0, Buffer.input, 0).copy(1, Buffer.output, 0).copy(2, Buffer.output, 0)
     b.chunk(0, Buffer.input, 1).copy(1, Buffer.output, 1).copy(3, Buffer.output, 1)
     dag = fuse_instructions(trace_to_dag(b.build()))
-    rcs = [ins for ins in assign_channels(dag).dag.instrs if ins.kind == "rcs"]
-    assert len(rcs) == 2 and {ins.channel for ins in rcs} == {0, 1}
+    channelled = assign_channels(dag)
+    rcs = [i for i, ins in enumerate(channelled.dag.instrs) if ins.kind == "rcs"]
+    assert len(rcs) == 2 and {channelled.channel[i] for i in rcs} == {0, 1}
     ir = compile_program(b.build(), aggregate=False)  # (aggregated, rank 0 sends both chunks in one step)
     tbs = sorted((tb.send, tb.recv, tb.chan) for tb in ir.gpus[1].tbs)
     assert tbs == [(2, 0, 0), (3, 0, 1)]

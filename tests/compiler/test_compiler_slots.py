@@ -39,7 +39,7 @@ def in_flight_peak(sched: Schedule) -> int:
     peak = 0
     for i in sched.order:
         ins = sched.dag.instrs[i]
-        ch = ins.channel
+        ch = sched.channel[i]
         if ins.kind in ("r", "rcs", "rrc", "rrs", "rrcs"):
             flight[(ins.recv_peer, ins.rank, ch)] -= 1
         if ins.kind in ("s", "rcs", "rrs", "rrcs"):

@@ -19,16 +19,17 @@ from collsynth.ir import RECEIVING_TYPES, SENDING_TYPES
 from collsynth.topologies import resolve_topology
 
 
-def reference_order(dag, slots=None):
+def reference_order(channelled, slots=None):
     """The list scheduler written plainly: an instr is ready when its dependencies, the message queued before
     it and its sender are done; the ready instr with the least (depth, -rdepth, instr) runs next. With `slots`,
     a send whose connection holds that many messages waits (parked) until a receive on it frees one; when only
     parked sends are left, the best of them goes anyway."""
+    dag = channelled.dag
     n = len(dag.instrs)
-    sends = [(ins.rank, ins.send_peer, ins.channel) if slots and ins.kind in SENDING_TYPES else None
-             for ins in dag.instrs]
-    recvs = [(ins.recv_peer, ins.rank, ins.channel) if slots and ins.kind in RECEIVING_TYPES else None
-             for ins in dag.instrs]
+    sends = [(ins.rank, ins.send_peer, ch) if slots and ins.kind in SENDING_TYPES else None
+             for ins, ch in zip(dag.instrs, channelled.channel, strict=True)]
+    recvs = [(ins.recv_peer, ins.rank, ch) if slots and ins.kind in RECEIVING_TYPES else None
+             for ins, ch in zip(dag.instrs, channelled.channel, strict=True)]
     in_flight, parked = {}, {}
     depth, rdepth = depths(dag)
     succs = [[] for _ in range(n)]
@@ -77,7 +78,7 @@ def reference_order(dag, slots=None):
 def check(dag, slots=None):
     channelled = assign_channels(dag)
     order = list(schedule(channelled, slots).order)
-    assert order == reference_order(channelled.dag, slots)
+    assert order == reference_order(channelled, slots)
     position = {i: k for k, i in enumerate(order)}
     for i, ins in enumerate(dag.instrs):
         assert all(position[p] < position[i] for p in (*ins.preds, *ins.after))
