@@ -47,6 +47,9 @@ MB = MIB  # the cost model's unit (collsynth.core.costs)
 
 
 _SMALL_VARINTS = tuple(bytes((i,)) for i in range(0x80))
+# Every one- and two-byte varint (0 .. 2^14 - 1), looked up: a rank's node ids, lengths and dependencies are
+# nearly all below 2^14, and a 1024-rank trace writes millions of them.
+_VARINTS = _SMALL_VARINTS + tuple(bytes((0x80 | (i & 0x7F), i >> 7)) for i in range(0x80, 0x4000))
 
 
 class ChakraError(CollsynthError):
@@ -71,6 +74,25 @@ def _varint(value: int) -> bytes:
 
 def _delimited(payload: bytes) -> bytes:
     return _varint(len(payload)) + payload
+
+
+def node_head(node_id: int, name: str, data_deps: Sequence[int]) -> bytes:
+    """`Node(id=node_id, name=name, data_deps=data_deps).SerializeToString()`, encoded here: a 1024-rank trace has
+    millions of nodes, and building a protobuf message for each costs more than the rest of the export. Fields in
+    number order, as protobuf writes them: id (1, varint; left out when 0, proto3's default), name (2,
+    length-delimited UTF-8; left out when empty), data_deps (5, packed varints; left out when empty)."""
+    text = name.encode()
+    parts = [b"\x08", _varint_of(node_id)] if node_id else []
+    if text:
+        parts += (b"\x12", _varint_of(len(text)), text)
+    if data_deps:
+        packed = b"".join([_varint_of(dep) for dep in data_deps])
+        parts += (b"\x2a", _varint_of(len(packed)), packed)
+    return b"".join(parts)
+
+
+def _varint_of(value: int) -> bytes:
+    return _VARINTS[value] if value < 0x4000 else _varint(value)
 
 
 def _attr_bytes(**attrs: tuple[str, object]) -> bytes:
@@ -224,32 +246,32 @@ def _rank_trace(ir: Algo, gpu_index: int, nbytes: int, tags: dict[tuple[int, int
                                               duration_nanos=("uint64_val", round(cost_us * 1000))))
         return static_comp[key]
 
+    def emit(head: bytes, attrs: bytes, more: bytes) -> None:
+        # one Node message, length-prefixed; its parts are joined once, with the whole file
+        out.extend((_varint_of(len(head) + len(attrs) + len(more)), head, attrs, more))
+
     last_node: list[list[int]] = [[-1] * len(tb.steps) for tb in gpu.tbs]  # last node id of each step
     prev_in_tb = [-1] * len(gpu.tbs)
     next_id = 0
     for i, j, dep_tb, dep_step in _topological_steps(ir, gpu_index):
         tb = gpu.tbs[i]
         step = tb.steps[j]
-        kind = step.type
+        kind, cnt = step.type, step.cnt
         send_tag, recv_tag = tags[(rank, tb.id)][j]
         parents = [prev_in_tb[i]] if prev_in_tb[i] >= 0 else []
         if dep_tb >= 0 and last_node[dep_tb][dep_step] not in parents:
             parents.append(last_node[dep_tb][dep_step])
-        label = f"{kind} tb{tb.id} s{step.s}"
+        label = f"{kind} tb{tb.id} s{step.s} "
         if recv_tag >= 0:
-            out.append(_delimited(Node(id=next_id, name=f"{label} recv", data_deps=parents).SerializeToString()
-                                  + tag_attr(recv_tag) + comm_static(tb.recv, rank, step.cnt, 0)))
+            emit(node_head(next_id, label + "recv", parents), tag_attr(recv_tag), comm_static(tb.recv, rank, cnt, 0))
             parents = [next_id]
             next_id += 1
         if kind in ("cpy", "re", "nop"):
-            comp_kind = kind
-            out.append(_delimited(Node(id=next_id, name=f"{label} {comp_kind}", data_deps=parents).SerializeToString()
-                                  + comp_static(comp_kind, step.cnt)))
+            emit(node_head(next_id, label + kind, parents), comp_static(kind, cnt), b"")
             parents = [next_id]
             next_id += 1
         if send_tag >= 0:
-            out.append(_delimited(Node(id=next_id, name=f"{label} send", data_deps=parents).SerializeToString()
-                                  + tag_attr(send_tag) + comm_static(rank, tb.send, step.cnt, 1)))
+            emit(node_head(next_id, label + "send", parents), tag_attr(send_tag), comm_static(rank, tb.send, cnt, 1))
             next_id += 1
         last_node[i][j] = next_id - 1
         prev_in_tb[i] = next_id - 1

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 
@@ -84,12 +85,16 @@ def structure_is_valid(algorithm: Algorithm) -> SendArrays | None:
     rounds = np.fromiter((s.rounds for s in algorithm.steps), np.int64, len(algorithm.steps))
     if (rounds < 1).any():
         return None
-    sends = [s for st in algorithm.steps for s in st.sends]
-    total = len(sends)
-    arrays = SendArrays(
-        np.repeat(np.arange(len(rounds)), [len(st.sends) for st in algorithm.steps]).astype(np.int64),
-        np.fromiter((s.chunk for s in sends), np.int64, total), np.fromiter((s.src for s in sends), np.int64, total),
-        np.fromiter((s.dst for s in sends), np.int64, total), np.fromiter((s.op == REDUCE for s in sends), bool, total))
+    sizes = [len(st.sends) for st in algorithm.steps]
+    total = sum(sizes)
+
+    def column(name: str, dtype: type = np.int64) -> np.ndarray:
+        # straight from the steps, with no list of every send (~17M at 1024 ranks)
+        values = map(attrgetter(name), chain.from_iterable(st.sends for st in algorithm.steps))
+        return np.fromiter(values if name != "op" else map(REDUCE.__eq__, values), dtype, total)
+
+    arrays = SendArrays(np.repeat(np.arange(len(rounds), dtype=np.int64), sizes), column("chunk"), column("src"),
+                        column("dst"), column("op", bool))
     src, dst = arrays.src, arrays.dst
     if total and (arrays.chunk.min() < 0 or arrays.chunk.max() >= k or min(src.min(), dst.min()) < 0
                   or max(src.max(), dst.max()) >= n):
@@ -111,11 +116,16 @@ def copy_schedule_is_valid(algorithm: Algorithm) -> bool:
         return False
     step, chunk, src, dst = arrays.step, arrays.chunk, arrays.src, arrays.dst
     pre = _condition_keys(coll.pre, n)
-    order = np.lexsort((step, chunk * n + dst))
-    recv_keys, first_index = np.unique((chunk * n + dst)[order], return_index=True)
-    first_step = step[order][first_index]
-    held_before, _ = _member(chunk * n + src, pre)
-    received, at = _member(chunk * n + src, recv_keys)
+    recv = chunk * n + dst
+    order = np.lexsort((step, recv))
+    recv = recv[order]
+    first = np.flatnonzero(np.r_[True, recv[1:] != recv[:-1]])  # each key's first reception (earliest step)
+    recv_keys, first_step = recv[first], step[order[first]]
+    del recv, order, first
+    held = chunk * n + src
+    held_before, _ = _member(held, pre)
+    received, at = _member(held, recv_keys)
+    del held
     if not (held_before | (received & (first_step[at] < step))).all():
         return False
     post = _condition_keys(coll.post, n)

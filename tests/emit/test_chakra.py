@@ -12,7 +12,15 @@ import pytest
 
 from collsynth.cli import main
 from collsynth.emit import chakra_schema as et
-from collsynth.emit.chakra import ChakraError, export_chakra, node_attrs, read_chakra, trace_paths, write_trace
+from collsynth.emit.chakra import (
+    ChakraError,
+    export_chakra,
+    node_attrs,
+    node_head,
+    read_chakra,
+    trace_paths,
+    write_trace,
+)
 from collsynth.emit.msccl_xml import write_xml
 from collsynth.ir import Algo, Gpu, Step, Threadblock
 
@@ -267,3 +275,11 @@ def test_allgather_comm_size_is_the_per_rank_input(tmp_path) -> None:
     ir = compile_program(LIBRARY["ring_allgather"].builder(fully_connected(4)))
     metadata, _ = read_chakra(export_chakra(ir, tmp_path, "ag", nbytes=8 * MiB)[0])
     assert node_attrs(metadata)["comm_size"] == 2 * MiB  # ASTRA-sim: each rank's input, not the gathered 8 MiB
+
+
+@pytest.mark.parametrize("node_id", [0, 1, 127, 128, 16383, 16384, 2**35])
+@pytest.mark.parametrize("name", ["", "rcs tb3 s12 recv", "é" * 70])
+@pytest.mark.parametrize("deps", [[], [0], [5, 127], [128, 16384, 2**40]])
+def test_node_head_is_what_protobuf_writes(node_id, name, deps) -> None:
+    # the exporter encodes a node's id, name and data_deps itself (for speed); protobuf is the reference
+    assert node_head(node_id, name, deps) == et.Node(id=node_id, name=name, data_deps=deps).SerializeToString()
