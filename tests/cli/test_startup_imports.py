@@ -113,5 +113,5 @@ def test_the_run_options_name_what_the_runtime_has() -> None:
     from collsynth.runtime import numerics
 
     assert run.BACKEND_NAMES == runtime.BACKENDS
-    assert run.FORMAT_NAMES == tuple(numerics.FORMATS)
+    assert tuple(numerics.FORMATS) == run.FORMAT_NAMES
     assert run.OP_NAMES == numerics.REDUCTION_OPS
