@@ -94,6 +94,14 @@ def test_no_help_page_imports_a_solver_or_numerics() -> None:
     assert sorted(m for m in modules if m.split(".")[0] in SUBCOMMAND_HEAVY) == []
 
 
+@pytest.mark.parametrize("group", ["synth", "catalog"])
+def test_a_group_help_from_the_console_script_imports_nothing_heavy(group: str) -> None:
+    modules = imported_by(group, "--help")
+    # the group's module ran (-X importtime does not list what importlib.import_module loads, only its imports)
+    assert "collsynth.cli.params" in modules
+    assert sorted(m for m in modules if m.split(".")[0] in SUBCOMMAND_HEAVY) == []
+
+
 def test_each_command_module_is_in_the_registry() -> None:
     # only the registry's modules load (`synth` gathers _SYNTH_MODULES): a module missing there would be dropped
     import importlib
