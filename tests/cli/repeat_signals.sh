@@ -8,7 +8,8 @@
 # that the interrupted frames are dropped: test_interrupt_frames.py), and the native-call cases (
 # HiGHS, CBC, finalizers). Each round runs under `timeout` (ROUND_TIMEOUT_S, default 900) and pytest-timeout
 # (thread method, 300 s a test), niced; odd rounds with SIGINT ignored. A failing round's output goes to LOG.failures;
-# a round that outlives its limit also leaves its native stacks in LOG.stacks and Python's (faulthandler) in LOG.failures.
+# a round that outlives its limit also leaves its native stacks in LOG.stacks and Python's (faulthandler) in LOG.failures;
+# a round still exiting 10 s after pytest's summary leaves its native stacks in LOG.exitstacks.
 set -u
 rounds=${1:-50}
 log=${2:-signals.log}
@@ -16,6 +17,7 @@ python=${PYTHON:-.venv/bin/python}
 : > "$log"
 : > "$log.failures"
 : > "$log.stacks"
+: > "$log.exitstacks"
 round_out=$(mktemp)
 trap 'rm -f "$round_out"' EXIT
 bad_rounds=0
@@ -58,6 +60,12 @@ for round in $(seq 1 "$rounds"); do
     waited=$((waited + 5))
     if [ -z "$summary_at" ] && grep -qE "^(=+ )?[0-9]+ (passed|failed).* in [0-9.]+s" "$round_out"; then
       summary_at=$waited
+    elif [ -n "$summary_at" ] && [ "$waited" -eq $((summary_at + 10)) ] && command -v gdb > /dev/null; then
+      # still exiting 10 s after the summary: what the exit waits for (native stacks, once a round)
+      for pid in $(pgrep -P "$round_pid"); do
+        { echo "===== round $round exiting for $((waited - summary_at)) s after its summary: native stacks of $pid"
+          timeout 15 gdb -p "$pid" -batch -ex "thread apply all bt 30" 2>&1 | grep -E "^(Thread|#)"; } >> "$log.exitstacks"
+      done
     fi
     if [ "$waited" -eq $((limit - 20)) ] && command -v gdb > /dev/null; then
       for pid in $(pgrep -P "$round_pid"); do
