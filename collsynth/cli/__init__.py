@@ -17,15 +17,14 @@ from typing import Any
 
 import click
 
-# Each command module exposes `COMMANDS` (added to the top level) and/or `SYNTH_COMMANDS` (added to the
-# `synth` group). This table is the only registry: module -> the top-level commands it adds, with their
-# one-line help, which `collsynth --help` lists without importing the module (tests/cli/test_entry.py checks
-# that the help here is the command's own). A module that only adds `synth` subcommands lists none.
+# Each command module exposes `COMMANDS` (added to the top level) or `SYNTH_COMMANDS` (added to the `synth`
+# group). These tables are the only registry: module -> the top-level commands it adds, with their one-line
+# help, which `collsynth --help` lists without importing the module (tests/cli/test_entry.py checks that the
+# help here is the command's own); and the modules whose SYNTH_COMMANDS join `synth` (only these load for
+# `collsynth synth ...`; tests/cli/test_startup_imports.py checks that no other module has any).
 _MODULES: dict[str, tuple[tuple[str, str], ...]] = {
     "topo": (("topo", "Topologies: list the built-ins, show one, draw one."),),
     "synth": (("synth", "Synthesize collective algorithms: SCCL-style SMT..."),),
-    "milp": (),
-    "synth_scale": (),
     "lower": (("lower", "Lower a synthesized ALGORITHM (JSON) to a DSL program..."),),
     "compile": (("compile", "Compile a DSL program (MSCCLang-compatible) to MSCCL-IR XML."),),
     "algorithms": (("algorithms", "The hand-written algorithm library (ring, all-pairs,..."),),
@@ -37,6 +36,7 @@ _MODULES: dict[str, tuple[tuple[str, str], ...]] = {
     "tune": (("tune", "Tune COLL on TOPO per size: every algorithm x protocol,..."),),
     "doctor": (("doctor", "Say which file the target's runtime would load and pick,..."),),
 }
+_SYNTH_MODULES = ("milp", "synth_scale")
 
 
 def _module(name: str) -> ModuleType:
@@ -70,9 +70,9 @@ class _Main(click.Group):
         for command in getattr(_module(module_name), "COMMANDS", ()):
             self.add_command(command)
             if command.name == "synth":
-                # the `synth` group gathers every module's SYNTH_COMMANDS
-                for other in _MODULES:
-                    for sub in getattr(_module(other), "SYNTH_COMMANDS", ()):
+                # the `synth` group gathers the SYNTH_COMMANDS of its modules
+                for other in _SYNTH_MODULES:
+                    for sub in _module(other).SYNTH_COMMANDS:
                         command.add_command(sub)  # type: ignore[attr-defined]
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

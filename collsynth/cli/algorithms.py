@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from collsynth.algorithms import LIBRARY, AlgorithmError, library_entry
 from collsynth.cli.params import CHUNKS_OPTION, PROGRAM_RANKS_OPTION, CappedInt, OutputPath
-from collsynth.topologies.model import Topology
+
+if TYPE_CHECKING:  # rich and the library (numpy, networkx) load when a command runs, not for --help
+    from collsynth.topologies.model import Topology
 
 # Options of `show` that map to builder parameters, by parameter name.
 _PARAM_OPTIONS = ("channels", "chunks", "segments", "num_nodes")
@@ -26,6 +25,10 @@ def algorithms() -> None:
 @click.option("--collective", "collective", default=None, help="only programs for this collective (e.g. allreduce)")
 def list_command(collective: str | None) -> None:
     """The library programs: name, collective, parameters, valid rank counts."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from collsynth.algorithms import LIBRARY
     from collsynth.collectives import canonical_name
 
     table = Table(title="Algorithm library", title_justify="left")
@@ -44,6 +47,8 @@ def list_command(collective: str | None) -> None:
 
 def _topology(spec: str | None, ranks: int | None, nodes: int | None) -> Topology:
     """The topology named by --topology, else a fully connected one of --ranks ranks (in --nodes nodes)."""
+    from collsynth.algorithms import AlgorithmError
+
     if spec is not None:
         from collsynth.topologies import resolve_topology
 
@@ -86,7 +91,7 @@ def show_command(name: str, ranks: int | None, nodes: int | None, topology_spec:
                  chunks: int | None, segments: int | None, instances: int, protocol: str, inplace: bool,
                  output: str | None, check_size: str | None) -> None:
     """Compile library program NAME and print (or write) its MSCCL-IR XML."""
-    from collsynth.algorithms import build
+    from collsynth.algorithms import AlgorithmError, build, library_entry
     from collsynth.compiler import compile_program
     from collsynth.emit.msccl_xml import ir_to_xml, write_xml
 

@@ -16,19 +16,18 @@ import runpy
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from collsynth.cli.params import OutputPath
-from collsynth.collectives import Collective
-from collsynth.compiler import CompileError, compile_program, instance_collective
-from collsynth.compiler.split import target_violation
 from collsynth.core.errors import CollsynthError
 from collsynth.core.targets import DEFAULT_TARGET, XML_TARGETS, get_target
-from collsynth.ir import Algo
-from collsynth.language import Program
-from collsynth.language.builder import CAPTURE
+
+if TYPE_CHECKING:  # the compiler and the DSL (numpy, networkx) load when the command runs, not for --help
+    from collsynth.collectives import Collective
+    from collsynth.ir import Algo
+    from collsynth.language import Program
 
 # Elements per chunk when the compiled program is checked in the interpreter.
 VERIFY_CHUNK_ELEMS = 4
@@ -36,6 +35,9 @@ VERIFY_CHUNK_ELEMS = 4
 
 def run_dsl_file(path: str, args: tuple[str, ...] | list[str]) -> list[Any]:
     """Run a DSL file as a script; return what it built, in order (Programs and XML() IRs)."""
+    from collsynth.compiler import CompileError
+    from collsynth.language.builder import CAPTURE
+
     target = Path(path)
     captured: list[Any] = []
     token = CAPTURE.set(captured)
@@ -67,6 +69,10 @@ def run_dsl_file(path: str, args: tuple[str, ...] | list[str]) -> list[Any]:
 
 def pick(captured: list[Any], path: str, name: str | None) -> Algo | Program:
     """The IR (from XML()) or Program to write: the last one, or the last one named `name`."""
+    from collsynth.compiler import CompileError
+    from collsynth.ir import Algo
+    from collsynth.language import Program
+
     irs = [x for x in captured if isinstance(x, Algo)]
     programs = [x for x in captured if isinstance(x, Program)]
     if not irs and not programs:
@@ -100,6 +106,12 @@ def pick(captured: list[Any], path: str, name: str | None) -> Algo | Program:
 def compile_command(program: str, args: tuple[str, ...], output: str | None, name: str | None, verify: bool,
                     show_ir: bool, target: str) -> None:
     """Compile a DSL program (MSCCLang-compatible) to MSCCL-IR XML."""
+    from collsynth.collectives import Collective
+    from collsynth.compiler import CompileError, compile_program, instance_collective
+    from collsynth.compiler.split import target_violation
+    from collsynth.ir import Algo
+    from collsynth.language import Program
+
     if not os.path.isfile(program):
         raise CompileError(f"{program}: no such file; give the path of a DSL program (.py)")
     captured = run_dsl_file(program, args)

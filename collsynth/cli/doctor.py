@@ -16,14 +16,18 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from lxml import etree
 
 from collsynth.core.errors import CollsynthError
 from collsynth.core.targets import DEFAULT_TARGET, XML_TARGETS, Target, get_target
 from collsynth.core.units import format_size, parse_size
-from collsynth.ir import Algo
+
+if TYPE_CHECKING:  # lxml and the IR load when the command runs, not for --help
+    from lxml import etree
+
+    from collsynth.ir import Algo
 
 # The `coll` values the current loaders (msccl-executor-nccl, RCCL) parse; microsoft/msccl v0.7.4 spells
 # reduce-scatter `reduce_scatter` and also takes `custom`.
@@ -54,6 +58,8 @@ class LoadedFile:
 
 def loader_verdict(path: Path, target: Target) -> LoadedFile:
     """Parse one file as the target's loader does."""
+    from lxml import etree
+
     try:
         root = etree.parse(str(path), etree.XMLParser(remove_comments=True, resolve_entities=False,
                                                       no_network=True, huge_tree=True)).getroot()

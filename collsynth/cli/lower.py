@@ -10,7 +10,6 @@ import click
 from collsynth.cli.params import OutputPath
 from collsynth.core.files import write_atomic
 from collsynth.core.targets import DEFAULT_TARGET, XML_TARGETS, get_target
-from collsynth.schedule import Algorithm, verify
 
 
 def checkable_size(nbytes: int, ir, itemsize: int = 4) -> int:
@@ -40,6 +39,7 @@ def lower(algorithm: str, output: str | None, xml_path: str | None, instances: i
     from collsynth.emit.msccl_xml import write_xml
     from collsynth.language.lower import lower_to_program, program_to_python
     from collsynth.runtime import execute
+    from collsynth.schedule import Algorithm, verify
 
     algo = Algorithm.load(algorithm)
     verify(algo)

@@ -11,11 +11,11 @@ from collsynth.cli.params import ROOT_OPTION, SECONDS, OutputPath
 from collsynth.core.errors import CollsynthError
 from collsynth.core.files import read_json_file, write_atomic
 from collsynth.core.units import parse_size
-from collsynth.encodings.sketch import Sketch, load_sketch
-from collsynth.topologies import Topology, TopologyError, resolve_topology
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the MILP's modules (numpy, networkx, pulp) load when the command runs, not for --help
+    from collsynth.encodings.sketch import Sketch
     from collsynth.synth.milp import MilpResult
+    from collsynth.topologies import Topology
 
 
 class MilpCliError(CollsynthError):
@@ -24,6 +24,8 @@ class MilpCliError(CollsynthError):
 
 def _load_topology(spec: str, sketch: Sketch, taccl_costs: bool) -> tuple[Topology, str]:
     """The topology, expanded to the sketch's number of nodes when it names one node; plus a note."""
+    from collsynth.topologies import TopologyError, resolve_topology
+
     if taccl_costs:
         from collsynth.topologies.taccl import is_taccl_profile, load_taccl_profile
 
@@ -77,6 +79,7 @@ def milp(topology: str, collective: str, sketch_path: str, size: str, solver: st
     topology is expanded to the sketch's number of nodes. Prints the stages (model sizes, solver
     times, status, gap) and the predicted time in microseconds."""
     from collsynth.core.signals import keeping_finished_work
+    from collsynth.encodings.sketch import load_sketch
     from collsynth.synth.milp import MilpInterrupted, synthesize_milp
 
     if mip_gap < 0:

@@ -7,17 +7,17 @@ import sys
 import click
 
 from collsynth.cli.params import SEED, CappedInt
-from collsynth.collectives.spec import resolve_collective
 from collsynth.core.caps import BUFFER_BYTES
 from collsynth.core.units import parse_size
-from collsynth.emit.msccl_xml import read_xml
-from collsynth.runtime import BACKENDS, execute
-from collsynth.runtime.layout import collective_for
-from collsynth.runtime.numerics import FORMATS, REDUCTION_OPS, number_format, reduction_op
 
+# The runtime's names (runtime.BACKENDS, numerics.FORMATS and REDUCTION_OPS), spelled here so that --help does not
+# import the runtime (numpy); tests/cli/test_startup_imports.py checks that they are the runtime's.
+BACKEND_NAMES = ("cpu", "cuda")
+FORMAT_NAMES = ("float32", "float16", "bfloat16", "float64", "int32")
+OP_NAMES = ("sum", "prod", "max", "min")
 # Plain strings checked in the command (not click.Choice) so that a bad value is one `error:` line, exit 2.
-_DTYPE_METAVAR = "[" + "|".join(FORMATS) + "]"
-_OP_METAVAR = "[" + "|".join(REDUCTION_OPS) + "]"
+_DTYPE_METAVAR = "[" + "|".join(FORMAT_NAMES) + "]"
+_OP_METAVAR = "[" + "|".join(OP_NAMES) + "]"
 
 
 @click.command("run")
@@ -28,7 +28,7 @@ _OP_METAVAR = "[" + "|".join(REDUCTION_OPS) + "]"
               help="Element type (aliases bf16, fp16, fp32 accepted); float64 runs on the cpu backend only.")
 @click.option("--op", "reduce_op", default="sum", show_default=True, metavar=_OP_METAVAR,
               help="Reduction operator (NCCL's redop: the XML does not carry it).")
-@click.option("--backend", type=click.Choice(BACKENDS), default="cpu", show_default=True)
+@click.option("--backend", type=click.Choice(BACKEND_NAMES), default="cpu", show_default=True)
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the random inputs (0 .. 2**32-1).")
 @click.option("--root", type=CappedInt(0), default=None, help="Root rank of a rooted collective (default: inferred).")
 @click.option("--collective", "collective_spec", default=None,
@@ -40,6 +40,12 @@ def run(xml_file: str, size: str, dtype: str, reduce_op: str, backend: str, seed
 
     Prints PASS/FAIL with collective, ranks, size, dtype (and op, unless sum) and time, then one line per
     stuck threadblock or wrong chunk. Exit code 0 on PASS, 1 on FAIL, 2 on bad input."""
+    from collsynth.collectives.spec import resolve_collective
+    from collsynth.emit.msccl_xml import read_xml
+    from collsynth.runtime import execute
+    from collsynth.runtime.layout import collective_for
+    from collsynth.runtime.numerics import number_format, reduction_op
+
     dtype = number_format(dtype).name
     reduce_op = reduction_op(reduce_op)
     if xml_file.endswith(".json"):
@@ -62,6 +68,7 @@ def run(xml_file: str, size: str, dtype: str, reduce_op: str, backend: str, seed
 def _run_plan(path: str, size: str, dtype: str, reduce_op: str, seed: int, collective_spec: str | None,
               root: int | None) -> None:
     """`collsynth run plan.json`: an MSCCL++ execution plan, on the plan interpreter."""
+    from collsynth.collectives.spec import resolve_collective
     from collsynth.core.files import read_json_file
     from collsynth.emit.mscclpp_schema import PlanSchemaError, check_plan
     from collsynth.runtime.plan import execute_plan

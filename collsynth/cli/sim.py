@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from collsynth.cli.params import OutputPath
 from collsynth.core.units import parse_size
-from collsynth.sim import SimModel, SimResult, simulate, size_sweep
-from collsynth.sim.nccl import SimError, dtype_info
+
+if TYPE_CHECKING:  # the simulator (numpy, networkx) loads when the command runs, not for --help
+    from collsynth.sim import SimResult
 
 
 def parse_sizes(text: str) -> list[int]:
     """`1KB:1GB` (doubling, like nccl-tests -b/-e -f 2), `1KB:1GB:4` (factor 4), or `1MB,4MB,64MB`."""
+    from collsynth.sim import size_sweep
+    from collsynth.sim.nccl import SimError
+
     text = text.strip()
     if ":" in text:
         parts = text.split(":")
@@ -50,6 +55,8 @@ def sim(files: tuple[Path, ...], topology_spec: str, sizes: str, dtype: str, plo
     """Time MSCCL-IR XML FILES on a topology with the alpha-beta model (links and switches serialize
     the transfers that share them) and print nccl-tests columns: size, count, type, time, algbw, busbw."""
     from collsynth.cli.ir_input import read_runnable_ir
+    from collsynth.sim import SimModel, simulate
+    from collsynth.sim.nccl import dtype_info
     from collsynth.topologies import resolve_topology
 
     dtype_info(dtype)  # an unknown type fails before any file is read

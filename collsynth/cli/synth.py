@@ -6,17 +6,17 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from collsynth.cli.params import CHUNKS_OPTION, ROOT_OPTION, ROUNDS_OPTION, SECONDS, STEPS_OPTION, OutputPath
-from collsynth.collectives import Collective, display_name, resolve_collective
-from collsynth.core.enums import Status
 from collsynth.core.errors import CollsynthError
-from collsynth.core.files import write_atomic
-from collsynth.schedule import SynthesisResult
-from collsynth.topologies import Topology, resolve_topology
+
+if TYPE_CHECKING:  # the solvers' modules (numpy, networkx, z3) load when a command runs, not for --help
+    from collsynth.collectives import Collective
+    from collsynth.schedule import SynthesisResult
+    from collsynth.topologies import Topology
 
 
 class SynthCliError(CollsynthError):
@@ -24,6 +24,9 @@ class SynthCliError(CollsynthError):
 
 
 def _problem(topology_spec: str, collective_spec: str, chunks: int, root: int | None) -> tuple[Topology, Collective]:
+    from collsynth.collectives import resolve_collective
+    from collsynth.topologies import resolve_topology
+
     if chunks < 1:
         raise SynthCliError(f"--chunks must be >= 1, got {chunks}")
     topology = resolve_topology(topology_spec)
@@ -68,6 +71,9 @@ def _whole_run(function: Any) -> Any:
 
 
 def _report_instance(result: SynthesisResult, output: str | None, as_json: bool, what: str) -> None:
+    from collsynth.core.enums import Status
+    from collsynth.core.files import write_atomic
+
     account = result.provenance
     algorithm = result.algorithm
     if as_json:
@@ -134,6 +140,7 @@ def least_steps_command(topology: str, collective: str, root: int | None, time_l
                         call_time_limit: float, chunks: int, rounds: int | None, max_steps: int | None,
                         output: str | None, as_json: bool) -> None:
     """The algorithm for COLLECTIVE on TOPOLOGY with the fewest steps (then the fewest rounds)."""
+    from collsynth.core.enums import Status
     from collsynth.synth.least_steps import least_steps
 
     _positive("--time-limit", time_limit)
@@ -249,6 +256,8 @@ class _SweepEvents:
 def _print_frontier(result: SynthesisResult) -> None:
     from rich.console import Console
     from rich.table import Table
+
+    from collsynth.collectives import display_name
 
     assert result.topology is not None and result.collective is not None
     name = display_name(result.collective.name)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -16,11 +16,12 @@ from collsynth.cli.params import OutputPath
 from collsynth.cli.synth import SynthCliError, _problem
 from collsynth.core.files import write_atomic
 from collsynth.core.units import parse_size
-from collsynth.encodings.cut_bounds import cut_bound_us
-from collsynth.schedule import Algorithm, SynthesisResult
-from collsynth.synth.cluster.greedy import SUPPORTED, greedy
-from collsynth.topologies import Topology
-from collsynth.topologies.cluster import relinked
+
+if TYPE_CHECKING:  # the synthesizers' modules (numpy, networkx) load when a command runs, not for --help
+    from collsynth.collectives import Collective
+    from collsynth.encodings.cut_bounds import CutBound
+    from collsynth.schedule import Algorithm, SynthesisResult
+    from collsynth.topologies import Topology
 
 # Largest instance the exact synthesizers (SMT, MILP) finish on in minutes on a laptop (issue 10's figures).
 EXACT_MAX_RANKS = 16
@@ -46,8 +47,20 @@ def _options(function: Any) -> Any:
     return function
 
 
+def cut_bound_us(topology: Topology, collective: Collective, size_bytes: int) -> CutBound:
+    """`encodings.cut_bounds.cut_bound_us`, imported when first called (a module attribute: tests replace it)."""
+    from collsynth.encodings.cut_bounds import cut_bound_us as bound
+
+    return bound(topology, collective, size_bytes)
+
+
 def _instance(topology: str, collective: str, chunks: int, root: int | None, link_gbps: float | None,
-              alpha: float, supported: tuple[str, ...] = SUPPORTED, command: str = "greedy") -> tuple[Topology, Any]:
+              alpha: float, supported: tuple[str, ...] | None = None, command: str = "greedy") -> tuple[Topology, Any]:
+    """The problem of `synth COMMAND`; `supported`: the collectives it takes (default: greedy's)."""
+    from collsynth.synth.cluster.greedy import SUPPORTED
+    from collsynth.topologies.cluster import relinked
+
+    supported = SUPPORTED if supported is None else supported
     topo, coll = _problem(topology, collective, chunks, root)
     if coll.name not in supported:
         raise SynthCliError(f"synth {command} does not support {coll.name!r}; supported: {', '.join(supported)}")
@@ -114,6 +127,8 @@ def _keep_interrupted(stop: BaseException, algorithm: Algorithm, lines: list[str
 def greedy_command(topology: str, collective: str, size: str, chunks: int, root: int | None, seed: int,
                    link_gbps: float | None, link_alpha_us: float, output: str | None, report_dir: str | None) -> None:
     """Time-expanded greedy (TACOS-like) schedule of COLLECTIVE on TOPOLOGY, verified and timed."""
+    from collsynth.synth.cluster.greedy import greedy
+
     nbytes = parse_size(size)
     topo, coll = _instance(topology, collective, chunks, root, link_gbps, link_alpha_us)
     _finish(greedy(topo, coll, nbytes, seed=seed), topo, coll, nbytes, output, report_dir)

@@ -4,25 +4,24 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from collsynth.cli.params import OutputPath
-from collsynth.topologies import (
-    BUILTIN_TOPOLOGIES,
-    LINK_CLASSES,
-    Topology,
-    draw_topology,
-    resolve_topology,
-)
+
+if TYPE_CHECKING:  # rich and the topology library (numpy, networkx) load when a command runs, not for --help
+    from rich.console import Console
+
+    from collsynth.topologies import Topology
 
 NAME_HELP = "a built-in (ring:8, dgx2, 2xndv2, ...; see `collsynth topo list`) or a JSON file (ours or TACCL's)"
 DEFAULT_LINK_ROWS = 64
 
 
 def _console() -> Console:
+    from rich.console import Console
+
     return Console(highlight=False, soft_wrap=False)
 
 
@@ -34,6 +33,10 @@ def topo() -> None:
 @topo.command("list")
 def list_command() -> None:
     """The built-in topologies, their parameters and rank counts, and the link classes they use."""
+    from rich.table import Table
+
+    from collsynth.topologies import BUILTIN_TOPOLOGIES, LINK_CLASSES
+
     table = Table(title="Built-in topologies", title_justify="left")
     for column in ("name", "parameters", "ranks", "description"):
         table.add_column(column, no_wrap=column != "description")
@@ -69,6 +72,10 @@ def _summary(topology: Topology) -> str:
                                                        f"{DEFAULT_LINK_ROWS})")
 @click.option("--json", "as_json", is_flag=True, help="print the topology in collsynth's JSON schema instead")
 def show_command(name: str, show_all: bool, as_json: bool) -> None:
+    from rich.table import Table
+
+    from collsynth.topologies import resolve_topology
+
     topology = resolve_topology(name)
     if as_json:
         click.echo(json.dumps(topology.to_dict(), indent=1))
@@ -135,6 +142,7 @@ def _ranges(ranks: list[int]) -> str:
               help="picture to write: .png, .svg or .pdf")
 def draw_command(name: str, output: str) -> None:
     from collsynth.core.caps import DRAW_RANKS
+    from collsynth.topologies import draw_topology, resolve_topology
     from collsynth.topologies.library import parse_builtin
     from collsynth.topologies.model import TopologyError
 

@@ -30,8 +30,12 @@ class SafeStartPool(ProcessPoolExecutor):
     covers every start."""
 
     def __init__(self, workers: int, initializer: Callable[[], None] | None = None) -> None:
-        super().__init__(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                         initializer=functools.partial(_start_worker, initializer))
+        # The pool's queues make named semaphores: each is registered with the resource tracker and then given the
+        # finalizer that unlinks it at exit. A signal between the two leaked one ("leaked semaphore objects" at
+        # exit, seen after a SIGTERM at a build's start), so signals wait until the pool is made.
+        with interrupts_held():
+            super().__init__(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=functools.partial(_start_worker, initializer))
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         """As `ProcessPoolExecutor.submit`; a worker that cannot be started raises `BrokenProcessPool`.

@@ -238,9 +238,13 @@ def test_ctrl_c_in_a_parallel_build_stops_workers(tmp_path: Path) -> None:
 
 
 def test_milp_synthesizer_entry(tmp_path: Path) -> None:
-    import collsynth.regress
+    # one node, no sketch restriction: HiGHS proves this one optimal in seconds, so the budget (far above any
+    # plausible load) never decides the result
+    import json
 
-    sketch = Path(collsynth.regress.__file__).parent / "ndv2-2node-relay.json"
+    sketch = tmp_path / "one-node.json"
+    sketch.write_text(json.dumps({"nnodes": 1, "intranode_sketch": {"strategy": "none"}, "symmetry_offsets": [],
+                                  "hyperparameters": {"input_chunkup": 1}}))
     text = f"""
 sizes = "64KB:4MB"
 size_factor = 8
@@ -250,9 +254,9 @@ kind = "milp"
 sketch = "{sketch}"
 size = "1MB"
 solver = "highs"
-time_limit_s = 30
+time_limit_s = 3600
 [[targets]]
-topology = "2xndv2"
+topology = "ndv2"
 collectives = ["allgather"]
 library = false
 """
@@ -261,19 +265,21 @@ library = false
     assert summary.failed_items == 0 and summary.entries_ok == 1
     (entry,) = entries_by_name(db_path).values()
     assert entry.name.startswith("milp-") and entry.provenance["synthesizer"] == "milp"
-    assert entry.provenance["solver"] == "highs"
+    assert entry.provenance["solver"] == "highs" and entry.provenance["time_limited"] is False
 
 
-# the limit counts from submission, so it must cover a worker's start-up on a loaded machine (~seconds)
-SLOW_PLAN = """
+# The item time-limit tests run on a fake clock (the build's time.monotonic) so that no result depends on the
+# machine's speed or load: every item but the hanging one finishes under a limit no real run reaches, and the
+# hanging one never finishes, so only the clock jumping past the limit (when the test says) stops it.
+FAKE_LIMIT_S = 100000
+SLOW_PLAN = f"""
 sizes = "1KB"
 [limits]
-item_timeout_s = 10
+item_timeout_s = {FAKE_LIMIT_S}
 [[synthesizers]]
 name = "slow"
 kind = "pareto"
 max_chunks = 4
-time_limit_s = 120
 [[targets]]
 topology = "2xndv2"
 collectives = ["allgather"]
@@ -285,40 +291,111 @@ synthesizers = []
 """
 
 
+class FakeClock:
+    """The build module's `time`, with `monotonic` = the real one + `offset` (what the test adds)."""
+
+    def __init__(self) -> None:
+        import time as real
+
+        self._real = real
+        self.offset = 0.0
+        self.jump_each_call = 0.0  # once set, every reading is that much later than the one before
+
+    def monotonic(self) -> float:
+        self.offset += self.jump_each_call
+        return self._real.monotonic() + self.offset
+
+    def __getattr__(self, name: str):
+        return getattr(self._real, name)
+
+
+def block_forever(item):
+    """A synthesis that never ends (pure Python, as a hung solver looks to the build)."""
+    import threading
+
+    threading.Event().wait()
+
+
+def init_hanging_worker() -> None:
+    """The build's worker initializer, then every synthesis in this worker hangs."""
+    from collsynth.catalog import isolate, pipeline
+
+    isolate.init_worker()
+    pipeline.synthesize = block_forever
+
+
 def test_item_timeout_in_a_serial_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import signal
     import time as time_module
 
+    from collsynth.catalog import build as build_module
+
+    clock = FakeClock()
+    monkeypatch.setattr(build_module, "time", clock)
+    hung = []
+
     def forever(item):
-        while True:  # a pure-Python hang: only the item time limit stops it
-            time_module.sleep(0.01)
+        hung.append(signal.getitimer(signal.ITIMER_REAL)[0])  # the item's timer is running
+        try:
+            clock.offset = FAKE_LIMIT_S  # the limit has passed (on the build's clock)...
+            signal.raise_signal(signal.SIGALRM)  # ...and its timer goes off now
+            while True:  # a pure-Python hang: only the item time limit stops it
+                time_module.sleep(0.01)
+        finally:
+            clock.offset = 0.0  # the real time again for the timer that was running before
 
     monkeypatch.setattr(pipeline_module, "synthesize", forever)
-    text = SYNTH_PLAN.replace('size_factor = 4', 'size_factor = 4\n[limits]\nitem_timeout_s = 0.5')
+    text = SYNTH_PLAN.replace('size_factor = 4', f'size_factor = 4\n[limits]\nitem_timeout_s = {FAKE_LIMIT_S}')
     db_path = tmp_path / "c.sqlite"
+    alarm_handler = signal.getsignal(signal.SIGALRM)
     summary = build_catalog(write_plan(tmp_path, text), db_path)
+    assert len(hung) == 1 and hung[0] > 0
     assert summary.failed_items == 1 and summary.entries_ok == 2  # the library items still ran
     with Catalog(db_path) as catalog:
         (failed,) = [item for item in catalog.items() if item.status == "failed"]
-        assert "timed out after 0.5 s" in failed.message
+        assert f"timed out after {FAKE_LIMIT_S} s" in failed.message
+    assert signal.getsignal(signal.SIGALRM) == alarm_handler  # the build put the handler back
 
 
 def test_item_timeout_in_a_parallel_build_restarts_the_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import multiprocessing
     import uuid
 
+    from collsynth.catalog import build as build_module
+    from collsynth.synth.parallel import make_pool
+
     marker = f"COLLSYNTH_TEST_{uuid.uuid4().hex}"
     monkeypatch.setenv(marker, "1")  # inherited by every process the build starts
+    clock = FakeClock()
+    monkeypatch.setattr(build_module, "time", clock)
+    pools = []
+
+    def hanging_pool(jobs: int):
+        pools.append(jobs)
+        return make_pool(jobs, initializer=init_hanging_worker)
+
+    monkeypatch.setattr(build_module, "new_pool", hanging_pool)
     db_path = tmp_path / "c.sqlite"
     plan = write_plan(tmp_path, SLOW_PLAN)
-    summary = build_catalog(plan, db_path, jobs=2)
+    others = [item.key for item in expand_plan(plan) if "2xndv2" not in item.label]
+    done = []
+
+    def on_event(event) -> None:
+        if event.kind == "done" and event.item.key in others:
+            done.append(event.item.key)
+            if len(done) == len(others):  # only the hanging item is left: its limit passes now
+                clock.jump_each_call = FAKE_LIMIT_S
+
+    summary = build_catalog(plan, db_path, jobs=2, on_event=on_event)
+    assert sorted(done) == sorted(others) and len(pools) == 2  # the pool was restarted once, at the time-out
     assert summary.ran == len(expand_plan(plan)) and summary.failed_items == 1
     assert summary.entries_ok == 2 and summary.entries_failed == 0
     with Catalog(db_path) as catalog:
         (failed,) = [item for item in catalog.items() if item.status == "failed"]
-        assert "2xndv2" in failed.label and "timed out" in failed.message
+        assert "2xndv2" in failed.label and f"timed out after {FAKE_LIMIT_S} s" in failed.message
         assert catalog.claims() == []
     assert multiprocessing.active_children() == []
-    assert_no_processes_left(marker)  # the timed-out solver's process too
+    assert_no_processes_left(marker)  # the hung worker too
 
 
 def test_a_killed_worker_is_survived(tmp_path: Path) -> None:
@@ -402,14 +479,14 @@ def test_item_alarm_keeps_an_outer_timer() -> None:
 
     previous = signal.signal(signal.SIGALRM, outer)
     try:
-        signal.setitimer(signal.ITIMER_REAL, 5.0)
+        signal.setitimer(signal.ITIMER_REAL, 120.0)
         with pytest.raises(ItemTimeout), _alarm(0.05):
-            time_module.sleep(1.0)
+            time_module.sleep(60.0)
         left, _ = signal.getitimer(signal.ITIMER_REAL)
-        assert 3.0 < left <= 5.0  # the outer deadline is back in place
+        assert 60.0 < left <= 120.0  # the outer deadline is back in place (not cut short, not pushed back)
         signal.setitimer(signal.ITIMER_REAL, 0.05)
-        with pytest.raises(Outer), _alarm(5.0):
-            time_module.sleep(1.0)
+        with pytest.raises(Outer), _alarm(600.0):
+            time_module.sleep(60.0)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)

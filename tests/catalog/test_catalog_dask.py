@@ -174,7 +174,8 @@ def test_local_cluster_build_equals_local_build(tmp_path: Path, local_reference:
 
 
 def test_item_time_limit_holds_on_dask_workers(tmp_path: Path) -> None:
-    """A synthesis that would run for minutes is stopped on the worker at the item's limit."""
+    """A synthesis that would run for days is stopped on the worker at the item's limit (the only item: nothing
+    else can run into the limit however loaded the machine is; were it not stopped, the build would not end)."""
     text = """
 sizes = "1KB"
 [limits]
@@ -183,16 +184,15 @@ item_timeout_s = 2
 name = "slow"
 kind = "pareto"
 max_chunks = 4
-time_limit_s = 300
+time_limit_s = 1000000
 [[targets]]
 topology = "2xndv2"
 collectives = ["allgather"]
 library = false
 """
     db_path = tmp_path / "c.sqlite"
-    started = time.monotonic()
     summary = build_catalog(write_plan(tmp_path, text), db_path, cluster="local:1")
-    assert summary.failed_items == 1 and time.monotonic() - started < 120  # far below the solver's 300 s
+    assert summary.failed_items == 1
     with Catalog(db_path) as catalog:
         (item,) = catalog.items()
         assert item.status == "failed" and "timed out after 2 s" in item.message

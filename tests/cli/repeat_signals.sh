@@ -8,7 +8,8 @@
 # that the interrupted frames are dropped: test_interrupt_frames.py), and the native-call cases (
 # HiGHS, CBC, finalizers). Each round runs under `timeout` (ROUND_TIMEOUT_S, default 900) and pytest-timeout
 # (thread method, 300 s a test), niced; odd rounds with SIGINT ignored. A failing round's output goes to LOG.failures;
-# a round that outlives its limit also leaves its native stacks in LOG.stacks and Python's (faulthandler) in LOG.failures.
+# a round that outlives its limit also leaves its native stacks in LOG.stacks and Python's (faulthandler) in LOG.failures;
+# a round still exiting 10 s after pytest's summary leaves its native stacks in LOG.exitstacks.
 set -u
 rounds=${1:-50}
 log=${2:-signals.log}
@@ -16,6 +17,7 @@ python=${PYTHON:-.venv/bin/python}
 : > "$log"
 : > "$log.failures"
 : > "$log.stacks"
+: > "$log.exitstacks"
 round_out=$(mktemp)
 trap 'rm -f "$round_out"' EXIT
 bad_rounds=0
@@ -28,7 +30,7 @@ for round in $(seq 1 "$rounds"); do
   limit=${ROUND_TIMEOUT_S:-900}
   # A round past its limit (a hang, e.g. at exit after every test passed) gets its native stacks (gdb) and then
   # SIGABRT, on which Python's faulthandler prints every thread's Python stack; SIGKILL 30 s later.
-  PYTHONFAULTHANDLER=1 nice timeout -s ABRT -k 30 "$limit" sh -c "${ignore}exec \"\$0\" \"\$@\"" "$python" -m pytest -m "" -p no:randomly -p no:cacheprovider -q -rA \
+  PYTHONFAULTHANDLER=1 nice timeout -s ABRT -k 30 "$limit" sh -c "${ignore}exec \"\$0\" \"\$@\"" "$python" -m pytest -m "" -p no:randomly -p no:cacheprovider -rA \
     --no-header --timeout 300 -o timeout_method=thread \
     tests/cli/test_signals.py \
     "tests/cli/test_entry.py::test_sigterm_is_handled_like_ctrl_c" \
@@ -52,9 +54,19 @@ for round in $(seq 1 "$rounds"); do
     > "$round_out" 2>&1 &
   round_pid=$!
   waited=0
+  summary_at=""  # when pytest printed its summary: the rest of the round is its exit (an exit hang shows here)
   while kill -0 "$round_pid" 2>/dev/null; do
     sleep 5
     waited=$((waited + 5))
+    if [ -z "$summary_at" ] && grep -qE "^(=+ )?[0-9]+ (passed|failed).* in [0-9.]+s" "$round_out"; then
+      summary_at=$waited
+    elif [ -n "$summary_at" ] && [ "$waited" -eq $((summary_at + 10)) ] && command -v gdb > /dev/null; then
+      # still exiting 10 s after the summary: what the exit waits for (native stacks, once a round)
+      for pid in $(pgrep -P "$round_pid"); do
+        { echo "===== round $round exiting for $((waited - summary_at)) s after its summary: native stacks of $pid"
+          timeout 15 gdb -p "$pid" -batch -ex "thread apply all bt 30" 2>&1 | grep -E "^(Thread|#)"; } >> "$log.exitstacks"
+      done
+    fi
     if [ "$waited" -eq $((limit - 20)) ] && command -v gdb > /dev/null; then
       for pid in $(pgrep -P "$round_pid"); do
         { echo "===== round $round still running after $waited s: native stacks of $pid"
@@ -69,6 +81,8 @@ for round in $(seq 1 "$rounds"); do
     { echo "===== round $round (pytest exit $status)"; cat "$round_out"; } >> "$log.failures"
     bad_rounds=$((bad_rounds + 1))
   fi
-  echo "round $round: $(grep -c "^round $round: PASSED" "$log") passed, $(grep -cE "^round $round: (FAILED|ERROR)" "$log") failed, exit $status, $(( $(date +%s) - started )) s"
+  took=$(( $(date +%s) - started ))
+  exit_s=$([ -n "$summary_at" ] && echo "$((waited - summary_at))" || echo "?")
+  echo "round $round: $(grep -c "^round $round: PASSED" "$log") passed, $(grep -cE "^round $round: (FAILED|ERROR)" "$log") failed, exit $status, $took s (exit after the summary: <= $exit_s s)"
 done
 echo "total: $(grep -c ': PASSED' "$log") passed, $(grep -cE ': (FAILED|ERROR)' "$log") failed; $((rounds - bad_rounds)) of $rounds rounds green"

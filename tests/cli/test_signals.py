@@ -71,7 +71,7 @@ def test_milp_stops_cbc_and_keeps_the_best_schedule_so_far(tmp_path, signum):
 @pytest.mark.parametrize("signum", SIGINT_ONLY_IN_CI)
 def test_greedy_writes_nothing_half_done(tmp_path, signum):
     # stopped inside the synthesizer: no schedule is finished, nothing is written
-    stopped = stop_command(sleep_after("collsynth.cli.synth_scale", "greedy"),
+    stopped = stop_command(sleep_after("collsynth.synth.cluster.greedy", "greedy"),
                            ["synth", "greedy", "ring:8", "allgather", "-o", "out.json", "--report", "rep"], signum,
                            cwd=tmp_path)
     _clean_stop(stopped, tmp_path)

@@ -53,3 +53,73 @@ def test_the_pool_names_still_come_from_core_signals() -> None:
     assert signals.SafeStartPool is signals_pool.SafeStartPool and signals.stop_pool is signals_pool.stop_pool
     with pytest.raises(AttributeError):
         signals.no_such_name  # noqa: B018
+
+
+# Every command's and group's --help, printed in one process: what it imported by then.
+_EVERY_HELP = """
+import sys
+import click
+from collsynth.cli import main
+
+ctx = click.Context(main)
+paths = []
+
+def walk(command, path):
+    paths.append(path)
+    if isinstance(command, click.Group):
+        for name in command.list_commands(ctx):
+            walk(command.get_command(ctx, name), [*path, name])
+
+walk(main, [])
+for path in paths:
+    try:
+        main.main([*path, "--help"], prog_name="collsynth", standalone_mode=False)
+    except SystemExit:
+        pass
+print(repr((paths, sorted(sys.modules))))
+"""
+
+# Imported by no --help page, of any command: solvers, numerics, graphs, plotting, XML, tables.
+SUBCOMMAND_HEAVY = ("z3", "pulp", "highspy", "matplotlib", "numpy", "networkx", "scipy", "lxml", "rich", "dask")
+
+
+def test_no_help_page_imports_a_solver_or_numerics() -> None:
+    import ast
+
+    done = subprocess.run([sys.executable, "-c", _EVERY_HELP], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    paths, modules = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    assert done.stdout.count("Usage:") == len(paths) > 30  # every help page printed (the walk found them all)
+    assert {"synth", "milp"} <= {p[-1] for p in paths if p} and ["catalog", "build"] in paths
+    assert sorted(m for m in modules if m.split(".")[0] in SUBCOMMAND_HEAVY) == []
+
+
+@pytest.mark.parametrize("group", ["synth", "catalog"])
+def test_a_group_help_from_the_console_script_imports_nothing_heavy(group: str) -> None:
+    modules = imported_by(group, "--help")
+    # the group's module ran (-X importtime does not list what importlib.import_module loads, only its imports)
+    assert "collsynth.cli.params" in modules
+    assert sorted(m for m in modules if m.split(".")[0] in SUBCOMMAND_HEAVY) == []
+
+
+def test_each_command_module_is_in_the_registry() -> None:
+    # only the registry's modules load (`synth` gathers _SYNTH_MODULES): a module missing there would be dropped
+    import importlib
+    import pkgutil
+
+    import collsynth.cli as cli
+
+    for info in pkgutil.iter_modules(cli.__path__):
+        module = importlib.import_module(f"collsynth.cli.{info.name}")
+        assert hasattr(module, "SYNTH_COMMANDS") == (info.name in cli._SYNTH_MODULES), info.name
+        assert hasattr(module, "COMMANDS") == (info.name in cli._MODULES), info.name
+
+
+def test_the_run_options_name_what_the_runtime_has() -> None:
+    from collsynth import runtime
+    from collsynth.cli import run
+    from collsynth.runtime import numerics
+
+    assert run.BACKEND_NAMES == runtime.BACKENDS
+    assert tuple(numerics.FORMATS) == run.FORMAT_NAMES
+    assert run.OP_NAMES == numerics.REDUCTION_OPS
