@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -21,6 +23,7 @@ def _installed_here() -> list[str]:
     return sorted(p.name for p in [*site.glob("*collsynth*"), *Path(sys.executable).parent.glob("collsynth")])
 
 
+@pytest.mark.slow  # a pip install with its isolated build (fetches setuptools): 20-40 s, and the network
 def test_the_editable_install_is_a_path_entry(tmp_path: Path) -> None:
     project, prefix = tmp_path / "project", tmp_path / "prefix"
     project.mkdir()
