@@ -177,13 +177,18 @@ def _placed_forms(program: Program, pair_sends: bool, pair: bool, shared: list[t
             for name, form in reuse[key]:
                 seen(name, form)
             return reuse[key]
+    forms: list[tuple[str, Any]] = []
+
+    def made(name: str, form: Any) -> Any:
+        seen(name, form)
+        forms.append((name, form))
+        return form
+
     scheduled = shared[-1][1]
-    placed = seen("assign_threadblocks", assign_threadblocks(scheduled, policy, pair=pair_sends))
-    forms = [("assign_threadblocks", placed)]
+    placed = made("assign_threadblocks", assign_threadblocks(scheduled, policy, pair=pair_sends))
     if pair:
-        placed = seen("pair_threadblocks", pair_threadblocks(scheduled, placed))
-        forms.append(("pair_threadblocks", placed))
-    forms.append(("insert_dependencies", seen("insert_dependencies", prune_dependencies(insert_dependencies(placed)))))
+        placed = made("pair_threadblocks", pair_threadblocks(scheduled, placed))
+    made("insert_dependencies", prune_dependencies(insert_dependencies(placed)))
     if reuse is not None:
         reuse[key] = forms
     return forms
