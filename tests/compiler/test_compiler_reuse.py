@@ -5,6 +5,7 @@ import pytest
 
 from collsynth.algorithms.registry import library_programs
 from collsynth.compiler import compile_program
+from collsynth.core.errors import CollsynthError
 from collsynth.topologies import resolve_topology
 
 CONFIGS = [{"instr_fusion": f, "pair_threadblocks": p, "instances": k}
@@ -77,15 +78,21 @@ def _grid(instances):
             for k in instances]
 
 
+def _compiled(program, target, **options):
+    """The IR, or the refusal (the tuner skips a configuration the compiler refuses)."""
+    try:
+        return compile_program(program, target, **options)
+    except CollsynthError as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
 def _check_against_fresh(program, configurations, target=None):
     reuse: dict = {}
     for options in configurations:
         fresh: list[tuple[str, object]] = []
         shared: list[tuple[str, object]] = []
-        expected = compile_program(program, target, after_each=lambda n, f, fresh=fresh: fresh.append((n, f)),
-                                   **options)
-        got = compile_program(program, target, reuse=reuse, after_each=lambda n, f, s=shared: s.append((n, f)),
-                              **options)
+        expected = _compiled(program, target, after_each=lambda n, f, fresh=fresh: fresh.append((n, f)), **options)
+        got = _compiled(program, target, reuse=reuse, after_each=lambda n, f, s=shared: s.append((n, f)), **options)
         assert got == expected, (program.name, options)
         assert shared == fresh, (program.name, options)  # every form, in order, equal to the fresh one
 
