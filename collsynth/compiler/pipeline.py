@@ -45,8 +45,9 @@ def compile_program(program: Program, target: Target | str | None = None, *, aft
     With a `target` (collsynth.core.targets), the work is split to fit that runtime's limits
     (compiler/split.py) or refused naming the limit and the runtime. `after_each(name, form)` sees every
     intermediate form (e.g. `lambda name, form: print(name, form, sep="\n")`). `reuse`: a dict the caller keeps
-    across compiles of one program in several configurations (the tuner): the forms up to the schedule that
-    two configurations share are made once (the same IR either way; after_each still sees every form).
+    across compiles of one program in several configurations (the tuner): the forms up to insert_dependencies
+    that two configurations share (those passes read neither the protocol nor the instance count) are made
+    once (the same IR either way; after_each still sees every form).
     The IR never needs more buffering than the runtime has: the schedule keeps at most the target's
     `fifo_slots` messages in flight per connection, and an IR that would still deadlock with that many
     slots (collsynth.ir.deadlock) is compiled again with one threadblock per connection side (unless
@@ -94,29 +95,38 @@ def _compile_once(program: Program, spread: int, pair: bool, *, pair_sends: bool
         return form
 
     shared = _shared_forms(program, spread, timed, slots, reuse, seen)
-    dag, scheduled = shared[0][1], shared[-1][1]
-    placed = seen("assign_threadblocks", assign_threadblocks(scheduled, opts.threadblock_policy, pair=pair_sends))
-    if pair:
-        placed = seen("pair_threadblocks", pair_threadblocks(scheduled, placed))
-    deps = seen("insert_dependencies", prune_dependencies(insert_dependencies(placed)))
-    tbprog = seen("insert_nops", insert_nops(replicate_instances(deps, program)))
+    dag = shared[0][1]
+    placed = _placed_forms(program, pair_sends, pair, shared, reuse, seen)[-1][1]
+    tbprog = seen("insert_nops", insert_nops(replicate_instances(placed, program)))
     return seen("lower_to_ir", check_ir(lower_to_ir(tbprog), step_lines(tbprog), order=opts.check,
                                         source=dag.source, max_steps=max_steps))
 
 
+# What each pass up to insert_dependencies reads, for `reuse` (each pass is a pure function of its arguments;
+# the arguments come from the program and the options below, nothing else):
+# - trace_to_dag: the ops, buffers, collective and topology, and whether threadblock_policy is "manual" (hints);
+# - order_port_sends: `timed_order` and the topology; order_messages: program_message_order;
+# - aggregate_contiguous: aggregate, aggregate_either_end, and `instances == 1 or not interleaved_replication`
+#   (whether runs may mix the input/output buffers with others) -- not the instance count itself;
+# - fuse_instructions: instr_fusion; assign_channels / spread_channels: `spread`; schedule: `slots`;
+# - assign_threadblocks: threadblock_policy and `pair_threadblocks`; pair_threadblocks: `pair`;
+#   insert_dependencies / prune_dependencies: nothing more.
+# None of them reads the protocol, the instance count (past the flag above), interleaved_replication otherwise,
+# check or dependence_nop: replicate_instances is the first pass that does, so a new instance count or protocol
+# redoes replicate_instances onward only.
+
 def _shared_forms(program: Program, spread: int, timed: bool, slots: int | None, reuse: FormCache | None,
                   seen: AfterEach) -> list[tuple[str, Any]]:
     """The forms from trace_to_dag to schedule, in pass order (the last one is the Schedule): made, or taken
-    from `reuse`; `seen` gets each as it is made or taken. Each pass is a pure function of the program and the
-    options named in its key, so a form made for one configuration is exactly the form another with the same key
-    would make: the forms up to aggregate_contiguous do not depend on instr_fusion, and none up to schedule on
-    the threadblock options."""
+    from `reuse`, keyed by what those passes read (above); `seen` gets each as it is made or taken."""
     opts = program.options
     front_key: tuple[Any, ...] = ()
     key: tuple[Any, ...] = ()
     front = None
     if reuse is not None:
-        front_key = ("front", *_program_key(program), replace(opts, instr_fusion=False), timed)
+        merging = (opts.aggregate_either_end, program.instances == 1 or not opts.interleaved_replication)
+        front_key = ("front", *_program_key(program), opts.threadblock_policy == "manual", timed,
+                     opts.program_message_order, opts.aggregate, merging if opts.aggregate else None)
         key = ("schedule", front_key, opts.instr_fusion, spread, slots)
         if key in reuse:
             for name, form in reuse[key]:
@@ -155,6 +165,35 @@ def _shared_forms(program: Program, spread: int, timed: bool, slots: int | None,
     return forms
 
 
+def _placed_forms(program: Program, pair_sends: bool, pair: bool, shared: list[tuple[str, Any]],
+                  reuse: FormCache | None, seen: AfterEach) -> list[tuple[str, Any]]:
+    """The forms from assign_threadblocks to insert_dependencies (the last one is the Dependencies), after the
+    `shared` forms: made, or taken from `reuse` under the schedule's key and the threadblock options."""
+    policy = program.options.threadblock_policy
+    key: tuple[Any, ...] = ()
+    if reuse is not None:
+        key = ("placed", _Same(shared), policy, pair_sends, pair)
+        if key in reuse:
+            for name, form in reuse[key]:
+                seen(name, form)
+            return reuse[key]
+    forms: list[tuple[str, Any]] = []
+
+    def made(name: str, form: Any) -> Any:
+        seen(name, form)
+        forms.append((name, form))
+        return form
+
+    scheduled = shared[-1][1]
+    placed = made("assign_threadblocks", assign_threadblocks(scheduled, policy, pair=pair_sends))
+    if pair:
+        placed = made("pair_threadblocks", pair_threadblocks(scheduled, placed))
+    made("insert_dependencies", prune_dependencies(insert_dependencies(placed)))
+    if reuse is not None:
+        reuse[key] = forms
+    return forms
+
+
 class _Same:
     """Equal only to a _Same of the very same object (and it keeps that object alive, so its id stays its own)."""
 
@@ -171,10 +210,11 @@ class _Same:
 
 
 def _program_key(program: Program) -> tuple[Any, ...]:
-    """The program less its options, for `reuse`: its large parts by identity (hashing the ops, the topology and
-    the collective by value would cost more than a cache hit saves; the tuner passes the same objects again)."""
-    return (program.name, program.protocol, program.instances, _Same(program.topology), _Same(program.collective),
-            _Same(program.buffers), _Same(program.ops))
+    """The program less its options, protocol and instance count, for `reuse`: its large parts by identity
+    (hashing the ops, the topology and the collective by value would cost more than a cache hit
+    saves; the tuner passes the same objects again)."""
+    return (program.name, _Same(program.topology), _Same(program.collective), _Same(program.buffers),
+            _Same(program.ops))
 
 
 def with_options(program: Program, **options: Any) -> Program:

@@ -3,7 +3,8 @@ then time it with the simulator, or with a GPU backend when one is present (the 
 
 What is cached, and why each key is complete (nothing else in an evaluator changes: its topology, dtype,
 model and target are fixed, and `subset` shares the caches only with an evaluator that has the same):
-the lowered program per (algorithm, instances, merge), the arguments `lower_to_program` takes; the compiled
+the lowered program per (algorithm, merge), the arguments `lower_to_program` takes but the instance count (the
+ops do not depend on it; compile_program sets it, so the compiler's forms are shared across counts); the compiled
 IR per the configuration less its protocol (the compiler does not read it; the protocol is set afterwards),
 and the compiler's forms that configurations share (compile_program's `reuse`, keyed by what they depend on);
 the simulator's plan per the configuration (built IR and protocol: what `engine.plan` reads), reused across
@@ -35,7 +36,7 @@ from collsynth.tune.space import Candidate, Config, TuneError
 
 BACKENDS = ("sim", "cuda")
 _Build = tuple[str, int, str, bool, bool, bool, bool]  # algorithm, instances, merge, fusion, pairing, timed order/merge
-_Lowered = tuple[str, int, str]  # algorithm, instances, merge
+_Lowered = tuple[str, str]  # algorithm, merge
 _Simulated = tuple[Plan, str, str, int, int, int]  # plan, protocol (tiles), collective, ranks, chunks per loop, size
 
 
@@ -111,10 +112,9 @@ class Evaluator:
             candidate = self.candidates[config.algorithm]
             try:
                 if candidate.algorithm is not None:
-                    lowered = (config.algorithm, config.instances, config.merge)
-                    if lowered not in self._programs:
-                        self._programs[lowered] = lower_to_program(candidate.algorithm, instances=config.instances,
-                                                                   merge=config.merge)
+                    lowered = (config.algorithm, config.merge)
+                    if lowered not in self._programs:  # instances: set by compile_program below
+                        self._programs[lowered] = lower_to_program(candidate.algorithm, merge=config.merge)
                     program = self._programs[lowered]
                 else:
                     assert candidate.program is not None

@@ -86,12 +86,21 @@ def test_lowering_is_shared_by_configurations_that_only_compile_differently(topo
     for config in (base, replace(base, fusion=False), replace(base, pair_threadblocks=False),
                    replace(base, protocol="LL")):
         evaluator.ir(config)
-    assert len(lowerings) == 1  # lower_to_program reads the algorithm, instances and merge mode only
-    evaluator.ir(replace(base, instances=1))
+    evaluator.ir(replace(base, instances=1))  # the compiler sets the instance count
+    assert len(lowerings) == 1  # lower_to_program reads the algorithm and merge mode only
     evaluator.ir(replace(base, merge="stage"))
-    assert len(lowerings) == 3
+    assert len(lowerings) == 2
     fresh = Evaluator(topo, cands)  # a cached lowering compiles to what a fresh one does
     assert evaluator.ir(replace(base, fusion=False)) == fresh.ir(replace(base, fusion=False))
+    assert evaluator.ir(replace(base, instances=1)) == Evaluator(topo, cands).ir(replace(base, instances=1))
+
+
+def test_a_lowering_does_not_depend_on_the_instance_count(cands):
+    """Why the evaluator lowers once for every instance count: only the program's `instances` field differs."""
+    from collsynth.language.lower import lower_to_program
+
+    lowered = {k: lower_to_program(cands[0].algorithm, instances=k) for k in (1, 2, 3)}  # one line: same locations
+    assert lowered[2] == replace(lowered[1], instances=2) and lowered[3] == replace(lowered[1], instances=3)
 
 
 def test_a_subset_shares_every_cache(topo, cands, monkeypatch):
