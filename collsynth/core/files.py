@@ -6,9 +6,8 @@ nesting that would overflow the parser. Every problem is one line of the caller'
 
 Writing (`atomic_path`, `write_atomic`, `write_atomic_pieces`): a temporary file in the target's directory,
 renamed over the target only when the target is missing or a regular file (through a symlink: the file it
-points to). A device
-(`/dev/full`), a FIFO, a socket, a directory or an unwritable place is a one-line `OutputError`; nothing is
-deleted or half-written.
+points to). A device (`/dev/full`), a FIFO, a socket, a directory or an unwritable place is a one-line
+`OutputError`; nothing is deleted or half-written.
 """
 
 from __future__ import annotations
