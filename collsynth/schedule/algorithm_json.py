@@ -13,12 +13,39 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from collsynth.schedule.algorithm import Algorithm, Send
+# What is read of an Algorithm, its steps and sends (Protocols: algorithm.py imports this module, not back).
+
+
+class Send(Protocol):
+    @property
+    def chunk(self) -> int: ...
+    @property
+    def src(self) -> int: ...
+    @property
+    def dst(self) -> int: ...
+    @property
+    def op(self) -> str: ...
+    @property
+    def start_us(self) -> float | None: ...
+    @property
+    def duration_us(self) -> float | None: ...
+
+
+class Step(Protocol):
+    @property
+    def rounds(self) -> int: ...
+    @property
+    def sends(self) -> Sequence[Send]: ...
+
+
+class Algorithm(Protocol):
+    @property
+    def steps(self) -> Sequence[Step]: ...
+    def to_dict(self, steps: bool = True) -> dict[str, Any]: ...
 
 BATCH_SENDS = 1 << 14  # sends encoded at a time: bounds the temporary rows and text (a few MB)
 
@@ -37,7 +64,7 @@ def _row(send: Send) -> list[Any]:
     return [send.chunk, send.src, send.dst, send.op, send.start_us, send.duration_us]
 
 
-def _rows_text(sends: tuple[Send, ...] | list[Send]) -> str:
+def _rows_text(sends: Sequence[Send]) -> str:
     """The rows of `sends` as indent=1 writes them inside a step's "sends" list (no brackets around them)."""
     flat = _flat([_row(send) for send in sends])  # '[[v\0v\0v\0v]\0[v...]]'
     # ']\0[' only where a row ends and the next starts: ']' and '[' are never the last / first character of a
@@ -46,7 +73,7 @@ def _rows_text(sends: tuple[Send, ...] | list[Send]) -> str:
     return _ROW_START + body + _ROW_END
 
 
-def _sends_text(sends: tuple[Send, ...], batch: int) -> Iterator[str]:
+def _sends_text(sends: Sequence[Send], batch: int) -> Iterator[str]:
     if not sends:
         yield "[]"
         return
