@@ -3,6 +3,7 @@
     nice .venv/bin/python bench/scale.py                # every row (the 1024-rank rows take minutes)
     nice .venv/bin/python bench/scale.py --quick        # skip the 1024-rank rows
     nice .venv/bin/python bench/scale.py --synth-only   # synthesis and bounds only (no compile / simulate)
+    nice .venv/bin/python bench/scale.py --json hypercube:9 alltoall   # streamed JSON == to_json(), CPU of each
 
 Tori and meshes use TACOS's link setting (50 GB/s, 0.5 us; `topologies.cluster.relinked`). Each row runs in
 its own process, so that its peak memory (ru_maxrss) is its own; "synth cpu" is process CPU time
@@ -114,7 +115,39 @@ def _cells(r: dict[str, Any], with_chakra: bool) -> list[str]:
             f"{r.get('chakra_s', 0):.1f}" if with_chakra and sim is not None else ""]
 
 
+def json_identity(topology: str, collective: str) -> dict[str, Any]:
+    """Greedy-synthesize, write the algorithm with the streaming writer and with `write_atomic(to_json())`: are
+    the files byte-identical, and what CPU and peak RSS (ru_maxrss, cumulative: streamed first) does each take?"""
+    from collsynth.collectives import make_collective
+    from collsynth.core.files import write_atomic
+    from collsynth.synth.cluster.greedy import greedy
+    from collsynth.topologies import resolve_topology
+    from collsynth.topologies.cluster import TACOS_ALPHA_US, TACOS_GB_PER_S, relinked
+
+    topo = resolve_topology(topology)
+    if topology.split(":")[0] in RELINKED:
+        topo = relinked(topo, TACOS_ALPHA_US, TACOS_GB_PER_S)
+    algorithm = greedy(topo, make_collective(collective, topo.num_ranks), GIB).algorithm
+    assert algorithm is not None
+    report: dict[str, Any] = {"synth_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    with tempfile.TemporaryDirectory() as folder:
+        began = time.process_time()
+        streamed = algorithm.write_json(f"{folder}/streamed.json")
+        report["streamed_cpu_s"] = time.process_time() - began
+        report["after_streamed_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        began = time.process_time()
+        whole = write_atomic(f"{folder}/whole.json", algorithm.to_json())
+        report["to_json_cpu_s"] = time.process_time() - began
+        report["after_to_json_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        report["bytes"] = streamed.stat().st_size
+        report["identical"] = streamed.read_bytes() == whole.read_bytes()
+    return report
+
+
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--json":
+        print(json.dumps(json_identity(sys.argv[2], sys.argv[3])))
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "--row":
         kind, topology, collective, chakra, pipeline = sys.argv[2:7]
         print(json.dumps(row(kind, topology, collective, chakra == "1", pipeline == "1")))

@@ -99,11 +99,11 @@ def _write(algorithm: Algorithm, lines: list[str], bound: dict[str, Any] | None,
            report_dir: str | None) -> None:
     """-o: the algorithm JSON; --report: algorithm.json, bound.json (when the bound is known), summary.txt."""
     if output:
-        write_atomic(Path(output), algorithm.to_json())
+        algorithm.write_json(Path(output))
     if report_dir:
         folder = Path(report_dir)
         folder.mkdir(parents=True, exist_ok=True)
-        write_atomic(folder / "algorithm.json", algorithm.to_json())
+        algorithm.write_json(folder / "algorithm.json")
         if bound is not None:
             write_atomic(folder / "bound.json", json.dumps(bound))
         write_atomic(folder / "summary.txt", "\n".join(lines) + "\n")
@@ -154,7 +154,7 @@ def auto_command(topology: str, collective: str, size: str, chunks: int, root: i
         click.echo(f"found: {label}: model time {time_us:.1f} us")
         best[:] = [(label, algorithm, time_us)]
         if output:
-            write_atomic(Path(output), algorithm.to_json())
+            algorithm.write_json(Path(output))
 
     try:
         result = auto(topo, coll, nbytes, time_limit=time_limit, seed=seed, on_found=found)
@@ -217,7 +217,7 @@ def hier_command(topology: str, collective: str, size: str, chunks: int, root: i
         folder = Path(all_dir)
         folder.mkdir(parents=True, exist_ok=True)
         for algorithm in result.algorithms:
-            write_atomic(folder / f"{algorithm.name}.json", algorithm.to_json())
+            algorithm.write_json(folder / f"{algorithm.name}.json")
     _finish(result, topo, coll, nbytes, output, report_dir)
 
 

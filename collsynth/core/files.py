@@ -4,10 +4,10 @@ Reading (`read_bytes`, `read_text`, `read_json_file`): only regular files, opene
 no writer never hangs us), at most `caps.INPUT_BYTES` bytes, UTF-8 text, JSON without NaN/Infinity and without
 nesting that would overflow the parser. Every problem is one line of the caller's error class, naming the file.
 
-Writing (`atomic_path`, `write_atomic`): a temporary file in the target's directory, renamed over the target
-only when the target is missing or a regular file (through a symlink: the file it points to). A device
-(`/dev/full`), a FIFO, a socket, a directory or an unwritable place is a one-line `OutputError`; nothing is
-deleted or half-written.
+Writing (`atomic_path`, `write_atomic`, `write_atomic_pieces`): a temporary file in the target's directory,
+renamed over the target only when the target is missing or a regular file (through a symlink: the file it
+points to). A device (`/dev/full`), a FIFO, a socket, a directory or an unwritable place is a one-line
+`OutputError`; nothing is deleted or half-written.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import math
 import os
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -231,4 +231,15 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> Path:
             tmp.write_bytes(data)
         else:
             tmp.write_text(data, encoding="utf-8")
+    return target
+
+
+def write_atomic_pieces(path: str | os.PathLike[str], pieces: Iterable[str | bytes]) -> Path:
+    """`write_atomic` of the concatenation of `pieces` (text as UTF-8), written as they come: for outputs too
+    large to hold as one string (a 1024-rank AllToAll's JSON is ~1.7 GB). Same rules (`atomic_path`): the
+    target is replaced only when the last piece is written; an error or interruption leaves it as it was."""
+    target = Path(path)
+    with atomic_path(target) as tmp, open(tmp, "wb") as out:
+        for piece in pieces:
+            out.write(piece.encode("utf-8") if isinstance(piece, str) else piece)
     return target

@@ -116,7 +116,8 @@ class Algorithm:
     def sends(self) -> list[tuple[int, Send]]:
         return [(t, send) for t, step in enumerate(self.steps) for send in step.sends]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, steps: bool = True) -> dict[str, Any]:
+        """The JSON document; `steps=False`: with "steps" empty (the streaming writer fills it in)."""
         return {
             "format": "collsynth.algorithm/1",
             "name": self.name,
@@ -126,7 +127,7 @@ class Algorithm:
                 {"rounds": step.rounds,
                  "sends": [_send_to_list(send) for send in step.sends]}
                 for step in self.steps
-            ],
+            ] if steps else [],
             "provenance": dict(self.provenance),
         }
 
@@ -152,6 +153,13 @@ class Algorithm:
 
     def to_json(self, indent: int | None = 1) -> str:
         return json.dumps(self.to_dict(), indent=indent)
+
+    def write_json(self, path: str | Path) -> Path:
+        """Write `to_json()`'s text to `path` atomically (`core.files.write_atomic`'s rules), streamed a batch of
+        sends at a time: the whole text and its dicts are never in memory (schedule/algorithm_json.py)."""
+        from collsynth.schedule.algorithm_json import write_algorithm_json
+
+        return write_algorithm_json(self, path)
 
     @classmethod
     def from_json(cls, text: str, label: str = "algorithm") -> Algorithm:
