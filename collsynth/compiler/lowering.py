@@ -82,6 +82,7 @@ class LStep(NamedTuple):
 
 # An LStep from all 9 fields in order, without NamedTuple.__new__'s argument handling (half the cost).
 lstep_of_fields = partial(tuple.__new__, LStep)
+_INSTR_LINE = 11  # Instr.line's position; its first 7 fields are kind, rank, src_buf, src_off, dst_buf, dst_off, cnt
 
 
 @dataclass(frozen=True)
@@ -177,13 +178,15 @@ def replicate_instances(dependencies: Dependencies, program: Program) -> TbProgr
 def _one_instance(members: tuple[int, ...], tb_waits: tuple[Waits, ...], instrs: tuple[Instr, ...],
                   layout: dict[str, tuple[str, int, int]], new_id: list[int]) -> tuple[LStep, ...]:
     """The steps of one threadblock when there is one instance (no other instance to wait for either)."""
-    steps = []
+    steps: list[LStep] = []
+    append = steps.append
     for i, waits in zip(members, tb_waits, strict=True):
         ins = instrs[i]
-        sb, sstart, _ = layout[ins.src_buf]
-        db, dstart, _ = layout[ins.dst_buf]
-        steps.append(lstep_of_fields((ins.kind, sb, sstart + ins.src_off, db, dstart + ins.dst_off, ins.cnt,
-                                      tuple([(new_id[a], b) for a, b in waits]) if waits else (), False, ins.line)))
+        kind, _, src_buf, src_off, dst_buf, dst_off, cnt = ins[:7]  # one slice, not seven field lookups
+        sb, sstart, _ = layout[src_buf]
+        db, dstart, _ = layout[dst_buf]
+        append(lstep_of_fields((kind, sb, sstart + src_off, db, dstart + dst_off, cnt,
+                                tuple([(new_id[a], b) for a, b in waits]) if waits else (), False, ins[_INSTR_LINE])))
     return tuple(steps)
 
 

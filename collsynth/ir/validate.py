@@ -46,6 +46,11 @@ _BAD_NAME_CHARS = set('"<>&\t\n\r')
 # a send's dst names the receiver's slot, a receive's src the sender's).
 
 
+# Per step type: is it a nop, does it read a local src range, write a local dst range, send, receive.
+_TYPE_ROLES = {kind: (kind == NOP, kind in LOCAL_SRC_TYPES, kind in LOCAL_DST_TYPES, kind in SENDING_TYPES,
+                      kind in RECEIVING_TYPES) for kind in STEP_TYPES}
+
+
 class IRError(CollsynthError):
     """An IR the MSCCL/RCCL runtimes would refuse or run wrongly; the message says which limit and where."""
 
@@ -104,7 +109,8 @@ def _check_gpu(ir: Algo, position: int, gpu: Gpu, max_steps: int | None) -> None
         if value < 0:
             raise IRError(f"{where}: {label}={value} must be >= 0")
         CHUNKS.check(value, f"{where}: {label}", IRError)
-    nodes = 1 + ir.ngpus + len(gpu.tbs) + sum(len(tb.steps) for tb in gpu.tbs)
+    lengths = [len(tb.steps) for tb in gpu.tbs]
+    nodes = 1 + ir.ngpus + len(gpu.tbs) + sum(lengths)
     if nodes > MAX_XML_NODES:
         raise IRError(f"{where}: the loader reads {nodes} XML elements for this rank but its table holds "
                       f"{MAX_XML_NODES}; use fewer threadblocks/steps on this gpu")
@@ -115,7 +121,7 @@ def _check_gpu(ir: Algo, position: int, gpu: Gpu, max_steps: int | None) -> None
         if tb.id != index:
             raise IRError(f"{where}: threadblock ids must be contiguous from 0; found tb {tb.id} at position "
                           f"{index}")
-        _check_threadblock(ir, gpu, tb, sizes, connections, waited, max_steps)
+        _check_threadblock(ir, gpu, tb, sizes, connections, waited, max_steps, lengths)
     per_channel = Counter(tb.chan for tb in gpu.tbs)
     busiest = max(per_channel, key=lambda chan: per_channel[chan], default=None)
     if busiest is not None and per_channel[busiest] > MAX_TBS_PER_CHANNEL:
@@ -134,7 +140,7 @@ def _check_gpu(ir: Algo, position: int, gpu: Gpu, max_steps: int | None) -> None
 
 def _check_threadblock(ir: Algo, gpu: Gpu, tb: Threadblock, sizes: dict[str, int],
                        connections: dict[tuple[str, int, int], int], waited: set[tuple[int, int]],
-                       max_steps: int | None) -> None:
+                       max_steps: int | None, lengths: list[int]) -> None:
     where = f"gpu {gpu.id} tb {tb.id}"
     for label, peer in (("send", tb.send), ("recv", tb.recv)):
         if peer == gpu.id or not -1 <= peer < ir.ngpus:
@@ -153,15 +159,33 @@ def _check_threadblock(ir: Algo, gpu: Gpu, tb: Threadblock, sizes: dict[str, int
     if max_steps is not None and len(tb.steps) > max_steps:
         raise IRError(f"{where}: {len(tb.steps)} steps exceed the runtime limit of {max_steps} steps per "
                       "threadblock; spread the work over more threadblocks or channels")
+    # The step types this threadblock may run (it has the peer they send to / receive from), each with its roles.
+    roles: dict[str, tuple[bool, ...]] = {kind: role[:3] for kind, role in _TYPE_ROLES.items()
+             if not (role[3] and tb.send < 0) and not (role[4] and tb.recv < 0)}
+    me, ntbs = tb.id, len(lengths)
     pending_nop = -1  # the first step of a run of nops still waiting for the step the loader attaches them to
     for index, step in enumerate(tb.steps):
-        problem = _check_step(gpu, tb, index, step, sizes, waited)
-        if problem is not None:
-            raise IRError(f"gpu {gpu.id} tb {tb.id} step {index}: {problem}")
-        if step.type == NOP:
+        # Every condition of _check_step at once, each field read once: where all hold, _check_step would
+        # return None; where one fails, _check_step names it (the same message, in its order of checks).
+        kind, cnt, depid, deps = step.type, step.cnt, step.depid, step.deps
+        role = roles.get(kind) if isinstance(kind, str) else None  # (an unhashable type: _check_step names it)
+        if role is not None and step.s == index and (srcbuf := step.srcbuf) in BUFFERS \
+                and (dstbuf := step.dstbuf) in BUFFERS \
+                and ((0 <= cnt <= MAX_COUNT and depid >= 0) if role[0] else 1 <= cnt <= MAX_COUNT) \
+                and (not role[1] or 0 <= step.srcoff <= sizes[srcbuf] - cnt) \
+                and (not role[2] or 0 <= step.dstoff <= sizes[dstbuf] - cnt) \
+                and (depid == -1 and deps == -1 if depid < 0 else
+                     depid != me and depid < ntbs and 0 <= deps < lengths[depid]):
+            if depid >= 0:
+                waited.add((depid, deps))
+        else:
+            problem = _check_step(gpu, tb, index, step, sizes, waited)
+            if problem is not None:
+                raise IRError(f"gpu {gpu.id} tb {tb.id} step {index}: {problem}")
+        if kind == NOP:
             pending_nop = index if pending_nop < 0 else pending_nop
         else:
-            if pending_nop >= 0 and step.depid < 0:
+            if pending_nop >= 0 and depid < 0:
                 raise IRError(f"{where} step {index}: follows nop step {pending_nop} but has no dependency itself; "
                               "the loader attaches a run of nops to the next step, which must carry the last "
                               "dependency (move one dependency from the nops onto this step)")

@@ -253,28 +253,46 @@ def validate_program(program: Program) -> None:
     """Raise ProgramError on the first malformed op: ranks, buffers, counts, hints, links."""
     n = program.num_ranks
     coll = program.collective
-    topo = program.topology
-    links = topo.link_map
+    links = program.topology.link_map
     sizes = [{INPUT: coll.input_chunks, OUTPUT: coll.output_chunks, **program.scratch_sizes(r)} for r in range(n)]
+    kinds = (COPY, REDUCE)
     for op in program.ops:
+        # Every condition of _check_op at once, in its order, each field read once (a 1024-rank program has a
+        # million ops): where all hold _check_op would pass; where one fails, _check_op names it.
         src, dst = op.src, op.dst
-        if op.op not in (COPY, REDUCE) or src.count != dst.count or src.count < 1:
-            _refuse(op, f"{op.op!r} of {src} to {dst}: op must be 'copy' or 'reduce' with equal counts >= 1")
-        for slot in (src, dst):
-            if not 0 <= slot.rank < n:
-                _refuse(op, f"rank {slot.rank} is outside 0..{n - 1}")
-            size = sizes[slot.rank].get(slot.buffer)
-            if slot.index < 0 or size is None or slot.index + slot.count > size:
-                if is_scratch(slot.buffer):
-                    _refuse(op, f"{slot} is outside rank {slot.rank}'s scratch buffer {slot.buffer!r} ({size or 0} "
-                                "chunks); declare it in Program.buffers")
-                _refuse(op, f"{slot} is outside the {slot.buffer} buffer ({size} chunks per rank for {coll})")
-        if src.rank != dst.rank and (src.rank, dst.rank) not in links:
-            _refuse(op, f"no link from rank {src.rank} to rank {dst.rank} in topology {topo.name}; route through a "
-                        "neighbour or use a topology with that link")
-        for label, hint in (("sendtb", op.sendtb), ("recvtb", op.recvtb), ("ch", op.channel)):
-            if hint is not None and (not isinstance(hint, int) or hint < 0):
-                _refuse(op, f"{label}={hint!r}: hints are integers >= 0 (or None for automatic)")
+        sr, si, sc, dr, di = src.rank, src.index, src.count, dst.rank, dst.index
+        sendtb, recvtb, channel = op.sendtb, op.recvtb, op.channel
+        if not (op.op in kinds and sc == dst.count and sc >= 1
+                and 0 <= sr < n and si >= 0 and si + sc <= sizes[sr].get(src.buffer, -1)  # -1: no such buffer
+                and 0 <= dr < n and di >= 0 and di + sc <= sizes[dr].get(dst.buffer, -1)
+                and (sr == dr or (sr, dr) in links)
+                and (sendtb is None or isinstance(sendtb, int) and sendtb >= 0)
+                and (recvtb is None or isinstance(recvtb, int) and recvtb >= 0)
+                and (channel is None or isinstance(channel, int) and channel >= 0)):
+            _check_op(program, op, sizes)
+
+
+def _check_op(program: Program, op: ChunkOp, sizes: list[dict[str, int]]) -> None:
+    """Raise ProgramError naming the first thing wrong with `op`, if any."""
+    n, coll, topo = program.num_ranks, program.collective, program.topology
+    src, dst = op.src, op.dst
+    if op.op not in (COPY, REDUCE) or src.count != dst.count or src.count < 1:
+        _refuse(op, f"{op.op!r} of {src} to {dst}: op must be 'copy' or 'reduce' with equal counts >= 1")
+    for slot in (src, dst):
+        if not 0 <= slot.rank < n:
+            _refuse(op, f"rank {slot.rank} is outside 0..{n - 1}")
+        size = sizes[slot.rank].get(slot.buffer)
+        if slot.index < 0 or size is None or slot.index + slot.count > size:
+            if is_scratch(slot.buffer):
+                _refuse(op, f"{slot} is outside rank {slot.rank}'s scratch buffer {slot.buffer!r} ({size or 0} "
+                            "chunks); declare it in Program.buffers")
+            _refuse(op, f"{slot} is outside the {slot.buffer} buffer ({size} chunks per rank for {coll})")
+    if src.rank != dst.rank and (src.rank, dst.rank) not in topo.link_map:
+        _refuse(op, f"no link from rank {src.rank} to rank {dst.rank} in topology {topo.name}; route through a "
+                    "neighbour or use a topology with that link")
+    for label, hint in (("sendtb", op.sendtb), ("recvtb", op.recvtb), ("ch", op.channel)):
+        if hint is not None and (not isinstance(hint, int) or hint < 0):
+            _refuse(op, f"{label}={hint!r}: hints are integers >= 0 (or None for automatic)")
 
 
 def _refuse(op: ChunkOp, message: str) -> None:
