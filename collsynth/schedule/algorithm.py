@@ -18,6 +18,7 @@ from typing import Any
 from collsynth.collectives import Collective
 from collsynth.core.enums import Op
 from collsynth.core.errors import CollsynthError
+from collsynth.schedule.algorithm_json import send_row, write_algorithm_json
 from collsynth.topologies import Topology
 
 COPY = Op.COPY  # aliases: a send's op is an `Op` (equal to its wire spelling, "copy" / "reduce")
@@ -125,7 +126,7 @@ class Algorithm:
             "collective": self.collective.to_dict(),
             "steps": [
                 {"rounds": step.rounds,
-                 "sends": [_send_to_list(send) for send in step.sends]}
+                 "sends": [send_row(send) for send in step.sends]}
                 for step in self.steps
             ] if steps else [],
             "provenance": dict(self.provenance),
@@ -157,8 +158,6 @@ class Algorithm:
     def write_json(self, path: str | Path) -> Path:
         """Write `to_json()`'s text to `path` atomically (`core.files.write_atomic`'s rules), streamed a batch of
         sends at a time: the whole text and its dicts are never in memory (schedule/algorithm_json.py)."""
-        from collsynth.schedule.algorithm_json import write_algorithm_json
-
         return write_algorithm_json(self, path)
 
     @classmethod
@@ -183,10 +182,3 @@ class Algorithm:
         for t, step in enumerate(self.steps):
             lines.append(f"  step {t} (rounds={step.rounds}): " + ", ".join(str(s) for s in step.sends))
         return "\n".join(lines)
-
-
-def _send_to_list(send: Send) -> list[Any]:
-    row: list[Any] = [send.chunk, send.src, send.dst, send.op]
-    if send.start_us is not None:
-        row += [send.start_us, send.duration_us]
-    return row

@@ -58,7 +58,8 @@ _ROW_BREAK = _ROW_END + ",\n" + _ROW_START
 _VALUE_BREAK = ",\n     "
 
 
-def _row(send: Send) -> list[Any]:
+def send_row(send: Send) -> list[Any]:
+    """A send as its JSON row: [chunk, src, dst, op] and, for a timed schedule, [start_us, duration_us] after."""
     if send.start_us is None:
         return [send.chunk, send.src, send.dst, send.op]
     return [send.chunk, send.src, send.dst, send.op, send.start_us, send.duration_us]
@@ -66,7 +67,7 @@ def _row(send: Send) -> list[Any]:
 
 def _rows_text(sends: Sequence[Send]) -> str:
     """The rows of `sends` as indent=1 writes them inside a step's "sends" list (no brackets around them)."""
-    flat = _flat([_row(send) for send in sends])  # '[[v\0v\0v\0v]\0[v...]]'
+    flat = _flat([send_row(send) for send in sends])  # '[[v\0v\0v\0v]\0[v...]]'
     # ']\0[' only where a row ends and the next starts: ']' and '[' are never the last / first character of a
     # scalar's text, and every other '\0' separates two values of one row.
     body = flat[2:-2].replace("]\0[", _ROW_BREAK).replace("\0", _VALUE_BREAK)
