@@ -66,3 +66,65 @@ def z3_contexts_freed():
     finally:
         z3.Context.__init__ = real_init
     assert not left, f"{left} of {len(made)} z3 contexts outlived the test (held in a reference cycle?)"
+
+
+# --- whole-package checks run in the background ----------------------------------------------------
+
+class BackgroundCheck:
+    """A checker started as a subprocess (output to a file, so a long report cannot block it on a full pipe);
+    `result()` waits for it. Started once per session, when collection has selected the test that reads it."""
+
+    def __init__(self, command: list[str]) -> None:
+        import subprocess
+        import tempfile
+
+        self.scratch = tempfile.TemporaryDirectory(prefix="collsynth-check-")
+        self._output = open(os.path.join(self.scratch.name, "output.txt"), "w+b")  # noqa: SIM115 closed in stop()
+        self.process = subprocess.Popen([part.replace("{scratch}", self.scratch.name) for part in command],
+                                        stdin=subprocess.DEVNULL, stdout=self._output, stderr=subprocess.STDOUT)
+
+    def result(self) -> tuple[int, str]:
+        status = self.process.wait()
+        self._output.seek(0)
+        return status, self._output.read().decode("utf-8", "replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        self._output.close()
+        self.scratch.cleanup()
+
+
+def _mypy_command() -> list[str]:
+    import sys
+    from pathlib import Path
+
+    import collsynth
+
+    root = Path(collsynth.__file__).resolve().parent.parent
+    return [sys.executable, "-m", "mypy", "--config-file", str(root / "pyproject.toml"),
+            "--cache-dir", os.path.join("{scratch}", "mypy_cache"), str(root / "collsynth")]
+
+
+_MYPY = pytest.StashKey["BackgroundCheck"]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if any(item.path.name == "test_typecheck.py" for item in session.items):
+        session.config.stash[_MYPY] = BackgroundCheck(_mypy_command())
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    check = config.stash.get(_MYPY, None)
+    if check is not None:
+        check.stop()
+
+
+@pytest.fixture(scope="session")
+def mypy_run(request: pytest.FixtureRequest) -> BackgroundCheck:
+    """mypy over the package, started at the end of collection (or now, where collection did not start it)."""
+    config = request.config
+    if _MYPY not in config.stash:
+        config.stash[_MYPY] = BackgroundCheck(_mypy_command())
+    return config.stash[_MYPY]
