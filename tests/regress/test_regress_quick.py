@@ -12,9 +12,7 @@ from collsynth.regress import BASELINE_PATH, load_baseline, load_suite, regress
 
 @pytest.fixture(scope="module")
 def quick_result():
-    # Two workers, as `collsynth regress --quick --jobs 2`: the items (independent syntheses, each judged on its
-    # own) then use both of CI's two cores; the entries do not depend on where an item ran.
-    return regress(load_suite(quick=True), load_baseline(BASELINE_PATH), jobs=2)
+    return regress(load_suite(quick=True), load_baseline(BASELINE_PATH))
 
 
 def test_quick_suite_passes_against_the_shipped_baseline(quick_result) -> None:
