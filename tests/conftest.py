@@ -179,6 +179,8 @@ _QUICK_REGRESSION = pytest.StashKey["BackgroundCall"]()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
+    if session.config.option.collectonly:
+        return
     selected = {item.path.name for item in session.items}
     if "test_regress_quick.py" in selected:
         session.config.stash[_QUICK_REGRESSION] = _start_quick_regression()
