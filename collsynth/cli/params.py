@@ -27,6 +27,27 @@ class Seconds(click.ParamType):
         return seconds
 
 
+class FiniteFloat(click.ParamType):
+    """A finite number, > `minimum` (or >= it with `inclusive`): `nan` and `inf` are refused, as are values a
+    cost model would divide by (a bandwidth of 0) or turn into garbage (a negative latency)."""
+
+    name = "number"
+
+    def __init__(self, minimum: float = 0.0, *, inclusive: bool = False, example: str = "1.5") -> None:
+        self.minimum, self.inclusive, self.example = minimum, inclusive, example
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number; write e.g. {self.example}", param, ctx)
+        above = number >= self.minimum if self.inclusive else number > self.minimum
+        if not math.isfinite(number) or not above:
+            bound = f"{'>=' if self.inclusive else '>'} {self.minimum:g}"
+            self.fail(f"{value!r} is not a finite number {bound}; write e.g. {self.example}", param, ctx)
+        return number
+
+
 class OutputPath(click.Path):
     """An output file or directory (click.Path's options), refused at option time, before any work, when it
     could not be written (see `core.files.check_writable`): nothing is solved only to fail at the end."""

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from collsynth.cli.params import OutputPath
+from collsynth.cli.params import CHUNKS_OPTION, ROOT_OPTION, SECONDS, SEED, FiniteFloat, OutputPath
 from collsynth.cli.synth import SynthCliError, _problem
 from collsynth.core.files import write_atomic
 from collsynth.core.units import parse_size
@@ -31,13 +31,14 @@ def _options(function: Any) -> Any:
     for option in reversed((
         click.argument("topology"), click.argument("collective"),
         click.option("--size", default="1G", show_default=True, help="Buffer size (nccl-tests' size): 1G, 64M, ..."),
-        click.option("--chunks", "-c", type=int, default=1, show_default=True, help="Chunks per buffer slot."),
-        click.option("--root", type=int, default=None, help="Root rank of rooted collectives (default 0)."),
-        click.option("--seed", type=int, default=0, show_default=True, help="Seed of the tie-break permutation."),
-        click.option("--link-gbps", type=float, default=None,
+        click.option("--chunks", "-c", type=CHUNKS_OPTION, default=1, show_default=True,
+                     help="Chunks per buffer slot."),
+        click.option("--root", type=ROOT_OPTION, default=None, help="Root rank of rooted collectives (default 0)."),
+        click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the tie-break permutation."),
+        click.option("--link-gbps", type=FiniteFloat(0.0, example="50"), default=None,
                      help="Set every link to this many GB/s (e.g. 50 for TACOS's torus setting)."),
-        click.option("--link-alpha-us", type=float, default=0.5, show_default=True,
-                     help="Link latency used with --link-gbps."),
+        click.option("--link-alpha-us", type=FiniteFloat(0.0, inclusive=True, example="0.5"), default=0.5,
+                     show_default=True, help="Link latency used with --link-gbps."),
         click.option("-o", "--output", type=OutputPath(dir_okay=False), default=None,
                      help="Write the algorithm JSON here."),
         click.option("--report", "report_dir", type=OutputPath(file_okay=False), default=None,
@@ -136,7 +137,7 @@ def greedy_command(topology: str, collective: str, size: str, chunks: int, root:
 
 @click.command("auto")
 @_options
-@click.option("--time-limit", type=float, default=60.0, show_default=True, help="Seconds for the whole run.")
+@click.option("--time-limit", type=SECONDS, default=60.0, show_default=True, help="Seconds for the whole run.")
 def auto_command(topology: str, collective: str, size: str, chunks: int, root: int | None, seed: int,
                  link_gbps: float | None, link_alpha_us: float, output: str | None, report_dir: str | None,
                  time_limit: float) -> None:
@@ -170,7 +171,7 @@ def auto_command(topology: str, collective: str, size: str, chunks: int, root: i
 
 @click.command("trees")
 @_options
-@click.option("--chunks-per-tree", type=int, default=2, show_default=True,
+@click.option("--chunks-per-tree", type=CHUNKS_OPTION, default=2, show_default=True,
               help="Pipeline depth: chunks of a root's data per tree.")
 def trees_command(topology: str, collective: str, size: str, chunks: int, root: int | None, seed: int,
                   link_gbps: float | None, link_alpha_us: float, output: str | None, report_dir: str | None,

@@ -49,6 +49,7 @@ PLACEMENTS = Cap("chunk placements", 1 << 22, "COLLSYNTH_MAX_PLACEMENTS")  # ran
 STEPS = Cap("steps", 1024, "COLLSYNTH_MAX_STEPS")  # steps of a schedule / a solver's -s
 SENDS = Cap("sends", 1 << 22, "COLLSYNTH_MAX_SENDS")  # sends of one schedule
 BUFFER_BYTES = Cap("bytes", 4 << 30, "COLLSYNTH_MAX_BUFFER_BYTES")  # per-rank buffer an interpreter allocates
+SIZE_BYTES = Cap("bytes", 1 << 50, "COLLSYNTH_MAX_SIZE_BYTES")  # one message size (--size, a plan's sizes): 1 PiB
 INPUT_BYTES = Cap("bytes", 64 << 20, "COLLSYNTH_MAX_INPUT_BYTES")  # one input file
 PROGRAM_RANKS = Cap("ranks", 512, "COLLSYNTH_MAX_PROGRAM_RANKS")  # a compiled library program (algorithms show)
 DRAW_RANKS = Cap("ranks", 512, "COLLSYNTH_MAX_DRAW_RANKS")  # a drawing stays readable (and fast) below this

@@ -54,8 +54,15 @@ class SafeStartPool(ProcessPoolExecutor):
 def stop_pool(pool: ProcessPoolExecutor, grace_s: float = 5.0) -> None:
     """Cancel queued work and end the workers now (a solver call may otherwise run to its time limit): SIGTERM,
     then SIGKILL for any still alive after `grace_s`, so none outlives this call (a worker still starting
-    would otherwise find the pool's semaphores gone when the parent exits)."""
+    would otherwise find the pool's semaphores gone when the parent exits); then let the pool's manager thread end.
+
+    A worker killed halfway through sending a result (over 16 KiB: a length header, then the body) leaves the
+    manager thread reading a body that never comes, since this process holds the pipe's write end too; Python's
+    exit joins that thread and would hang. With every worker gone, closing our write end ends that read (end of
+    file: the pool counts as broken and its thread finishes)."""
     processes = list((getattr(pool, "_processes", None) or {}).values())  # no public API for this before 3.14
+    manager = getattr(pool, "_executor_manager_thread", None)
+    results = getattr(pool, "_result_queue", None)
     pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         if process.is_alive():
@@ -65,3 +72,7 @@ def stop_pool(pool: ProcessPoolExecutor, grace_s: float = 5.0) -> None:
         if process.is_alive():
             process.kill()
             process.join(timeout=grace_s)
+    if results is not None and not any(process.is_alive() for process in processes):
+        results._writer.close()  # the pool's own end; only workers write results
+    if manager is not None:
+        manager.join(timeout=grace_s)

@@ -8,7 +8,9 @@ spellings KiB/MiB/GiB and the bare letters K/M/G mean the same. Used by every st
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
+from collsynth.core.caps import SIZE_BYTES
 from collsynth.core.errors import CollsynthError
 
 
@@ -27,14 +29,18 @@ def parse_size(text: str | int) -> int:
     if isinstance(text, int):
         if text < 0:
             raise SizeError(f"size {text} is negative; sizes are byte counts >= 0")
+        SIZE_BYTES.check(text, f"size {text}", SizeError)
         return text
     match = _SIZE.match(str(text))
     if not match:
         raise SizeError(f"cannot read size {text!r}; write a byte count like 1048576, 64KB, 4MB or 1GB")
     number, prefix, _ = match.groups()
-    value = float(number) * _FACTORS[prefix.upper()]
-    if value != int(value):
+    if len(number) > 40:  # past any cap; Fraction of a huge digit string is slow
+        SIZE_BYTES.check(float("inf"), f"size {str(text)[:24]!r}... ({len(number)} digits)", SizeError)
+    value = Fraction(number) * _FACTORS[prefix.upper()]  # exact: a float rounds long byte counts
+    if value.denominator != 1:
         raise SizeError(f"size {text!r} is not a whole number of bytes")
+    SIZE_BYTES.check(int(value), f"size {text!r}", SizeError)
     return int(value)
 
 

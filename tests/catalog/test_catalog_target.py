@@ -3,6 +3,8 @@ untargeted ones, and exported XML that the target's doctor accepts."""
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,27 @@ library = ["ring_allreduce"]
 """
 
 
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Callable[[str | None, Path], Path]:
+    """LONG_RING's catalog built at most once per target (None: untargeted) for the whole module, as the tests
+    built it; `built(target, into)` copies it (database and XML store) to the directory `into` and returns the
+    database there, so a test that writes to its copy changes no other test's (a build takes seconds)."""
+    base = tmp_path_factory.mktemp("long-ring")
+    plan = write_plan(base, LONG_RING)
+    made: dict[str, Path] = {}
+
+    def copy(target: str | None, into: Path) -> Path:
+        name = target or "untargeted"
+        if name not in made:
+            (base / name).mkdir()
+            build_catalog(plan, base / name / "catalog.db", target=target)
+            made[name] = base / name
+        shutil.copytree(made[name], into)
+        return into / "catalog.db"
+
+    return copy
+
+
 def _entries(db: Path) -> list:
     with Catalog(db) as catalog:
         return [(entry, read_xml(catalog.xml_text(entry))) for entry in catalog.entries(status="ok")]
@@ -42,13 +65,11 @@ def test_with_target_keys_items_apart(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("target", ["rccl", "msccl-executor"])
-def test_build_for_target_splits_and_exports_what_doctor_accepts(tmp_path: Path, cli_runner, target: str) -> None:
+def test_build_for_target_splits_and_exports_what_doctor_accepts(tmp_path: Path, cli_runner, built, target: str
+                                                                 ) -> None:
     from collsynth.cli import main
 
-    plan = write_plan(tmp_path, LONG_RING)
-    untargeted, targeted = tmp_path / "plain.db", tmp_path / "targeted.db"
-    build_catalog(plan, untargeted)
-    build_catalog(plan, targeted, target=target)
+    untargeted, targeted = built(None, tmp_path / "plain"), built(target, tmp_path / "targeted")
     [(plain_entry, plain_ir)] = _entries(untargeted)
     assert "at most 64 steps per thread block" in (target_violation(plain_ir, target) or "")
     [(entry, ir)] = _entries(targeted)
@@ -86,23 +107,20 @@ def test_dry_run_lists_targeted_items(tmp_path: Path, cli_runner) -> None:
     assert plain.output.split()[1] != targeted.output.split()[1]  # a different item key
 
 
-def test_export_plans_only_entries_the_target_loads(tmp_path: Path) -> None:
-    plan = write_plan(tmp_path, LONG_RING)
-    db = tmp_path / "plain.db"
-    build_catalog(plan, db)
+def test_export_plans_only_entries_the_target_loads(tmp_path: Path, built) -> None:
+    db = built(None, tmp_path / "plain")
     with Catalog(db) as catalog:
         groups = plan_export(catalog, target="msccl-legacy")  # 256 steps: the unsplit ring loads
         assert groups and not groups[0].refused
         write_export(catalog, groups, tmp_path / "legacy", target="msccl-legacy")
 
 
-def test_tuning_compiles_for_the_target(tmp_path: Path) -> None:
+def test_tuning_compiles_for_the_target(tmp_path: Path, built) -> None:
     # the untargeted tuning picks the unsplit 66-step ring, which rccl refuses; for the target it is split
     from collsynth.catalog.store import load_xml_text
 
-    plan = write_plan(tmp_path, LONG_RING)
-    build_catalog(plan, tmp_path / "t.db", target="rccl")
-    with Catalog(tmp_path / "t.db") as catalog:
+    db = built("rccl", tmp_path / "t")
+    with Catalog(db) as catalog:
         [entry] = catalog.entries(status="ok")
         records = entry.provenance["tuned"]
         assert isinstance(records, list) and {r["requested_bytes"] for r in records} == {64 << 10, 1 << 20}

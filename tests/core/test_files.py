@@ -3,7 +3,7 @@ import stat
 
 import pytest
 
-from collsynth.core.files import atomic_path, write_atomic
+from collsynth.core.files import OutputError, atomic_path, write_atomic, write_atomic_pieces
 
 
 def test_write_atomic_gives_the_mode_a_plain_open_would(tmp_path):
@@ -136,3 +136,40 @@ def test_writer_reports_unwritable_places_in_one_line(tmp_path):
     assert "(Not a directory)" in _output_error(afile / "x.json")
     assert afile.read_text() == "keep"
     assert _output_error("/proc/x.json").startswith("/proc/x.json: cannot write there")
+
+
+def _pieces_then(error: BaseException):
+    yield '{"sends": ['
+    yield "[0, 1, 2]," * 1000
+    raise error
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt(), OSError(28, "No space left on device")],
+                         ids=["ctrl-c", "disk-full"])
+def test_a_streamed_write_cut_short_leaves_the_old_file_and_no_temporary(tmp_path, error):
+    """`write_atomic_pieces` stopped between pieces (Ctrl-C; a write error, as a full disk gives): the target keeps
+    its old bytes, the temporary file is gone; an OSError is one line naming the target, anything else goes on."""
+    target = tmp_path / "algo.json"
+    target.write_text("old")
+    expected = OutputError if isinstance(error, OSError) else KeyboardInterrupt
+    with pytest.raises(expected) as raised:
+        write_atomic_pieces(target, _pieces_then(error))
+    if expected is OutputError:
+        assert str(raised.value) == f"{target}: cannot write there (No space left on device); choose a writable place"
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["algo.json"]
+
+
+def test_a_streamed_write_replaces_the_file_only_at_its_end(tmp_path):
+    target = tmp_path / "algo.json"
+    target.write_text("old")
+    seen = []
+
+    def pieces():
+        yield "new "
+        seen.append(target.read_text())  # between pieces the old file is still whole
+        yield b"bytes"
+
+    write_atomic_pieces(target, pieces())
+    assert seen == ["old"] and target.read_text() == "new bytes"
+    assert [p.name for p in tmp_path.iterdir()] == ["algo.json"]

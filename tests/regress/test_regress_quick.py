@@ -7,12 +7,12 @@ from fractions import Fraction
 
 import pytest
 
-from collsynth.regress import BASELINE_PATH, load_baseline, load_suite, regress
-
 
 @pytest.fixture(scope="module")
-def quick_result():
-    return regress(load_suite(quick=True), load_baseline(BASELINE_PATH))
+def quick_result(quick_regression):
+    """`regress(load_suite(quick=True), load_baseline(BASELINE_PATH))`, computed in a worker process started at the
+    end of collection (tests/conftest.py), beside the rest of the suite."""
+    return quick_regression.result()
 
 
 def test_quick_suite_passes_against_the_shipped_baseline(quick_result) -> None:
