@@ -48,6 +48,7 @@ from collsynth.ir import RECEIVING_TYPES, REDUCE, SENDING_TYPES, STEP_TYPES, Alg
 from collsynth.sim import protocol
 from collsynth.sim.nccl import SimError
 from collsynth.sim.snapshot import Snapshot, fresh, restore, take
+from collsynth.sim.stuck import Waits, describe_stuck
 from collsynth.topologies.model import Topology
 
 # MSCCL/NCCL's per-connection FIFO depth (NCCL_STEPS): sends in flight before the receiver must catch up.
@@ -81,6 +82,16 @@ class Plan:
     connections: tuple[tuple[int, int, int], ...]  # connection index -> (sender, receiver, channel)
     num_links: int
     switch_lanes: tuple[int, ...]  # lanes (bandwidth) per switch
+
+    def __hash__(self) -> int:
+        """The fields' hash, computed once: the tuner keys its simulations by plan (a hash walks every step).
+        The fields hold only numbers, so the hash is the same in every process."""
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.labels, self.steps, self.step_labels, self.connections, self.num_links,
+                           self.switch_lanes))
+            object.__setattr__(self, "_hash", cached)
+        return cached
 
 
 @dataclass(frozen=True)
@@ -426,9 +437,9 @@ def _run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, lo
 
     stuck = [g for g in range(ntbs) if pc[g] < total[g]]
     if stuck:
-        waits = _Waits(frozenset(i for i, w in enumerate(conn_waiter) if w >= 0),
+        waits = Waits(frozenset(i for i, w in enumerate(conn_waiter) if w >= 0),
                        frozenset(i for i, w in enumerate(slot_waiter) if w >= 0))
-        raise SimError(f"the IR deadlocks: {_describe_stuck(plan_, stuck, pc, nsteps, waits)}; check the order of "
+        raise SimError(f"the IR deadlocks: {describe_stuck(plan_, stuck, pc, nsteps, waits)}; check the order of "
                        "sends and receives on each connection and the step dependencies")
     return RunResult(time_us=max(free, default=0.0), tile_end_us=tuple(tile_end),
                      step_end_us=tuple(done), snapshot=kept)
@@ -469,32 +480,3 @@ def _work(plan_: Plan, slice_mb: float, done: list[list[float]], dep_waiters: li
             s_at += st.send_conn >= 0
         work.append(items)
     return work
-
-
-@dataclass(frozen=True)
-class _Waits:
-    """Connections a stuck threadblock waits on: for a message (receive) or for a free slot (send)."""
-
-    messages: frozenset[int]
-    slots: frozenset[int]
-
-
-def _describe_stuck(plan_: Plan, stuck: list[int], pc: list[int], nsteps: list[int], waits: _Waits) -> str:
-    parts = []
-    for g in stuck[:4]:
-        rank, tb_id = plan_.labels[g]
-        tile, s = divmod(pc[g], nsteps[g])
-        st = plan_.steps[g][s]
-        if st.recv_conn >= 0 and st.recv_conn in waits.messages:
-            sender, _, chan = plan_.connections[st.recv_conn]
-            why = f"waits for a message from {sender} on channel {chan}"
-        elif st.send_conn >= 0 and st.send_conn in waits.slots:
-            _, receiver, chan = plan_.connections[st.send_conn]
-            why = f"waits for a free FIFO slot to {receiver} on channel {chan} (its receiver is behind)"
-        elif st.dep_tb >= 0:
-            why = f"waits for tb {plan_.labels[st.dep_tb][1]} step {plan_.step_labels[st.dep_tb][st.dep_step]}"
-        else:
-            why = "cannot start"
-        parts.append(f"gpu {rank} tb {tb_id} step {plan_.step_labels[g][s]} (tile {tile}) {why}")
-    more = f" and {len(stuck) - 4} more threadblocks" if len(stuck) > 4 else ""
-    return "; ".join(parts) + more
