@@ -47,6 +47,8 @@ from collsynth.core.steps import LOCAL_TYPES
 from collsynth.ir import RECEIVING_TYPES, REDUCE, SENDING_TYPES, STEP_TYPES, Algo
 from collsynth.sim import protocol
 from collsynth.sim.nccl import SimError
+from collsynth.sim.snapshot import Snapshot, fresh, restore, take
+from collsynth.sim.stuck import Waits, describe_stuck
 from collsynth.topologies.model import Topology
 
 # MSCCL/NCCL's per-connection FIFO depth (NCCL_STEPS): sends in flight before the receiver must catch up.
@@ -81,6 +83,16 @@ class Plan:
     num_links: int
     switch_lanes: tuple[int, ...]  # lanes (bandwidth) per switch
 
+    def __hash__(self) -> int:
+        """The fields' hash, computed once: the tuner keys its simulations by plan (a hash walks every step).
+        The fields hold only numbers, so the hash is the same in every process."""
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.labels, self.steps, self.step_labels, self.connections, self.num_links,
+                           self.switch_lanes))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
 
 @dataclass(frozen=True)
 class RunResult:
@@ -90,6 +102,7 @@ class RunResult:
     time_us: float
     tile_end_us: tuple[float, ...]
     step_end_us: tuple[list[float], ...] = ()  # the event loop's own lists (not copied): read, don't change
+    snapshot: Snapshot | None = None  # run(keep_for=N): the state the run of N tiles goes on from
 
 
 def plan(ir: Algo, topology: Topology) -> Plan:
@@ -228,60 +241,64 @@ STOP_MARGIN = 1e-9
 
 def run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, local_beta_us_per_mb: float,
         fifo_slots: int | None = FIFO_SLOTS, reduce_beta_us_per_mb: float | None = None,
-        stop_at: float = math.inf) -> RunResult:
+        stop_at: float = math.inf, keep_for: int = 0, resume: Snapshot | None = None) -> RunResult:
     """Simulate `ntiles` tiles in which each chunk slice is `slice_mb` MB; return the makespan.
 
     `fifo_slots`: sends a connection holds before its receiver consumes them (None: unbounded). `stop_at`:
     raise NotFaster as soon as the makespan is proved to be at least that (a link's sends run one at a time,
     so the makespan is at least when the link is next free plus every transfer still to go on it); a run
     that is not stopped is the same run as without it. The cyclic garbage collector is paused meanwhile: the
-    loop allocates a list per queued time and frees nothing cyclic."""
+    loop allocates a list per queued time and frees nothing cyclic.
+
+    `keep_for=N` (> ntiles): this run is a probe for a run of N tiles with `stop_at`, which goes on from the
+    result's `snapshot` (`resume=`) instead of simulating this run's events again (collsynth.sim.snapshot: the
+    same run bit for bit, and the same verdict); the probe itself is not stopped."""
     with paused_collector():
         return _run(plan_, slice_mb, ntiles, local_alpha_us=local_alpha_us,
                     local_beta_us_per_mb=local_beta_us_per_mb, fifo_slots=fifo_slots,
-                    reduce_beta_us_per_mb=reduce_beta_us_per_mb, stop_at=stop_at)
+                    reduce_beta_us_per_mb=reduce_beta_us_per_mb, stop_at=stop_at, keep_for=keep_for, resume=resume)
 
 
 def _run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, local_beta_us_per_mb: float,
-         fifo_slots: int | None, reduce_beta_us_per_mb: float | None, stop_at: float) -> RunResult:
+         fifo_slots: int | None, reduce_beta_us_per_mb: float | None, stop_at: float, keep_for: int = 0,
+         resume: Snapshot | None = None) -> RunResult:
     steps = plan_.steps
     ntbs = len(steps)
     nsteps = [len(tb) for tb in steps]
     total = [n * ntiles for n in nsteps]
-    done = [[-1.0] * t for t in total]  # finish time of each (tile, step); -1 while unknown
-    dep_waiters: list[dict[int, list[int]]] = [{} for _ in range(ntbs)]  # per tb: its step -> tbs waiting
-    work = _work(plan_, slice_mb, done, dep_waiters, local_alpha_us=local_alpha_us,
-                 local_beta_us_per_mb=local_beta_us_per_mb, reduce_beta_us_per_mb=reduce_beta_us_per_mb)
+    nconn = len(plan_.connections)
+    params = (slice_mb, fifo_slots, local_alpha_us, local_beta_us_per_mb, reduce_beta_us_per_mb)
     stop = stop_at * (1 + STOP_MARGIN)
     stopping = math.isfinite(stop)
-    to_go = [0.0] * plan_.num_links  # per link: the transfer time of its sends not yet started
-    if stopping:
+    if resume is not None and (resume.plan_id != id(plan_) or resume.params != params or resume.ntiles >= ntiles
+                               or (stopping or keep_for) and (resume.keep_for, resume.stop_at) !=
+                               (keep_for or ntiles, stop_at)):
+        raise ValueError("a run goes on only from a probe for it: the same plan, parameters, tiles and stop")
+    if resume is not None and stopping and not keep_for and resume.proved is not None:
+        raise NotFaster(f"the makespan is at least {resume.proved} us")  # before the probe parted from this run
+    # the loop's state (what each part is: collsynth.sim.snapshot.fresh)
+    dep_waiters: list[dict[int, list[int]]]
+    due: dict[float, list[int]]
+    (pc, free, done, dep_waiters, arrivals, conn_waiter, consumed, slot_waiter, link_free, lanes, tile_end, times,
+     due, to_go) = (fresh(total, ntiles, nconn, plan_.num_links, plan_.switch_lanes) if resume is None
+                    else restore(resume, ntiles, nsteps))
+    work = _work(plan_, slice_mb, done, dep_waiters, local_alpha_us=local_alpha_us,
+                 local_beta_us_per_mb=local_beta_us_per_mb, reduce_beta_us_per_mb=reduce_beta_us_per_mb)
+    if stopping and resume is None:
         for tb_work in work:
             for item in tb_work:
-                if item[6] >= 0:  # a send: its link, its transfer time
-                    to_go[item[8]] += item[9] * ntiles
-    pc = [0] * ntbs  # next (tile * nsteps + step) to run
-    free = [0.0] * ntbs  # when the threadblock's previous step finished
-    nconn = len(plan_.connections)
-    arrivals: list[list[float]] = [[] for _ in range(nconn)]  # arrival times of each connection's sends
-    conn_waiter = [-1] * nconn  # the receiver waiting for a message on the connection
-    consumed: list[list[float]] = [[] for _ in range(nconn)]  # finish times of each connection's receives
-    slot_waiter = [-1] * nconn  # the sender waiting for a free slot on the connection
+                if item[6] >= 0:  # a send: its link, its transfer time (over the tiles whose bound this is)
+                    to_go[item[8]] += item[9] * (keep_for or ntiles)
+    proved: float | None = None if resume is None else resume.proved
+    if proved is not None:
+        stopping = False
     slots = fifo_slots if fifo_slots is not None else -1
     bounded = slots >= 0
-    link_free = [0.0] * plan_.num_links
-    lanes = [[0.0] * b for b in plan_.switch_lanes]  # min-heaps of lane free times
-    tile_end = [0.0] * ntiles
+    kept: Snapshot | None = None
     # a connection has one sending and one receiving threadblock, which run their steps in order: the k-th
     # receive (send) on it is tile * (receives per tile) + the step's rank among its threadblock's receives
     tbs = [(work[g], nsteps[g], total[g], done[g], dep_waiters[g], sum(1 for st in steps[g] if st.recv_conn >= 0),
             sum(1 for st in steps[g] if st.send_conn >= 0)) for g in range(ntbs)]
-    # The event queue: the distinct times at which threadblocks are due (a heap of floats) and, per time, the
-    # threadblocks due then in the order they were queued: the order of a heap of (time, sequence number,
-    # threadblock), without comparing tuples.
-    first = [g for g in range(ntbs) if total[g]]
-    times = [0.0] if first else []
-    due: dict[float, list[int]] = {0.0: first}
     queued: list[int] | None
     push = heapq.heappush
     pop = heapq.heappop
@@ -351,7 +368,9 @@ def _run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, lo
                 if stopping:
                     to_go[link] -= dur
                     if finish + to_go[link] >= stop:
-                        raise NotFaster(f"the makespan is at least {finish + to_go[link]} us")
+                        if not keep_for:
+                            raise NotFaster(f"the makespan is at least {finish + to_go[link]} us")
+                        proved, stopping = finish + to_go[link], False  # the longer run stops here
                 if switches:
                     for sw in switches:
                         replace(lanes[sw], finish)
@@ -406,17 +425,24 @@ def _run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, lo
                         queued.append(g)
                     break
                 t = finish
+        else:  # g ran all of its tiles without queueing itself: the longer run's g goes on at t instead
+            if keep_for and kept is None:
+                pc[g], free[g] = p, f
+                kept = take(Snapshot(id(plan_), params, ntiles, keep_for, stop_at, g, t,
+                                     (pc, free, done, dep_waiters, arrivals, conn_waiter, consumed, slot_waiter,
+                                      link_free, lanes, tile_end, times, due, to_go), proved))
+                stopping = False  # this run's transfers from here on are not the longer run's
         pc[g] = p
         free[g] = f
 
     stuck = [g for g in range(ntbs) if pc[g] < total[g]]
     if stuck:
-        waits = _Waits(frozenset(i for i, w in enumerate(conn_waiter) if w >= 0),
+        waits = Waits(frozenset(i for i, w in enumerate(conn_waiter) if w >= 0),
                        frozenset(i for i, w in enumerate(slot_waiter) if w >= 0))
-        raise SimError(f"the IR deadlocks: {_describe_stuck(plan_, stuck, pc, nsteps, waits)}; check the order of "
+        raise SimError(f"the IR deadlocks: {describe_stuck(plan_, stuck, pc, nsteps, waits)}; check the order of "
                        "sends and receives on each connection and the step dependencies")
     return RunResult(time_us=max(free, default=0.0), tile_end_us=tuple(tile_end),
-                     step_end_us=tuple(done))
+                     step_end_us=tuple(done), snapshot=kept)
 
 
 _WorkItem = tuple[list[float] | None, dict[int, list[int]], int, int, int, int, int, int, int, float,
@@ -454,32 +480,3 @@ def _work(plan_: Plan, slice_mb: float, done: list[list[float]], dep_waiters: li
             s_at += st.send_conn >= 0
         work.append(items)
     return work
-
-
-@dataclass(frozen=True)
-class _Waits:
-    """Connections a stuck threadblock waits on: for a message (receive) or for a free slot (send)."""
-
-    messages: frozenset[int]
-    slots: frozenset[int]
-
-
-def _describe_stuck(plan_: Plan, stuck: list[int], pc: list[int], nsteps: list[int], waits: _Waits) -> str:
-    parts = []
-    for g in stuck[:4]:
-        rank, tb_id = plan_.labels[g]
-        tile, s = divmod(pc[g], nsteps[g])
-        st = plan_.steps[g][s]
-        if st.recv_conn >= 0 and st.recv_conn in waits.messages:
-            sender, _, chan = plan_.connections[st.recv_conn]
-            why = f"waits for a message from {sender} on channel {chan}"
-        elif st.send_conn >= 0 and st.send_conn in waits.slots:
-            _, receiver, chan = plan_.connections[st.send_conn]
-            why = f"waits for a free FIFO slot to {receiver} on channel {chan} (its receiver is behind)"
-        elif st.dep_tb >= 0:
-            why = f"waits for tb {plan_.labels[st.dep_tb][1]} step {plan_.step_labels[st.dep_tb][st.dep_step]}"
-        else:
-            why = "cannot start"
-        parts.append(f"gpu {rank} tb {tb_id} step {plan_.step_labels[g][s]} (tile {tile}) {why}")
-    more = f" and {len(stuck) - 4} more threadblocks" if len(stuck) > 4 else ""
-    return "; ".join(parts) + more

@@ -225,23 +225,27 @@ def time_tiles(planned: engine.Plan, slice_mb: float, ntiles: int, model: SimMod
     is stopped: a shorter probe's makespan says nothing certain about the whole loop's)."""
     # up to twice the first probe, simulating every tile costs no more than a probe that finds no period
     probe = ntiles if ntiles <= 2 * model.max_exact_tiles else model.max_exact_tiles
+    # each longer run goes on from the shorter one's state (collsynth.sim.snapshot): the same run, fewer events
+    result: engine.RunResult | None = None
     while True:
-        result = _run(planned, slice_mb, probe, model, stop_at if probe == ntiles else math.inf)
-        if probe == ntiles:
+        full = probe == ntiles
+        result = _run(planned, slice_mb, probe, model, stop_at, keep_for=0 if full else ntiles,
+                      resume=result.snapshot if result is not None else None)
+        if full:
             return result.time_us, False
         state = steady.find_steady_state(planned, result, probe, model.fifo_slots)
         if state is not None:
             extra = (ntiles - probe) % state.tiles
             if extra:  # end on the same phase of every period as the full run
                 probe += extra
-                result = _run(planned, slice_mb, probe, model)
+                result = _run(planned, slice_mb, probe, model, math.inf, resume=result.snapshot)
             return state.extrapolate(result, probe, ntiles), True
         probe = 2 * probe if ntiles - 2 * probe >= probe else ntiles  # no probe almost as long as the run
 
 
-def _run(planned: engine.Plan, slice_mb: float, ntiles: int, model: SimModel,
-         stop_at: float = math.inf) -> engine.RunResult:
+def _run(planned: engine.Plan, slice_mb: float, ntiles: int, model: SimModel, stop_at: float, *,
+         keep_for: int = 0, resume: engine.Snapshot | None = None) -> engine.RunResult:
     return engine.run(planned, slice_mb, ntiles, local_alpha_us=model.local_alpha_us,
                       local_beta_us_per_mb=model.local_beta_us_per_mb,
                       reduce_beta_us_per_mb=model.reduce_beta_us_per_mb, fifo_slots=model.fifo_slots,
-                      stop_at=stop_at)
+                      stop_at=stop_at, keep_for=keep_for, resume=resume)

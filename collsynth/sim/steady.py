@@ -20,7 +20,9 @@ apart, unbounded FIFOs), the caller simulates more tiles, up to all of them.
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -65,15 +67,19 @@ def find_steady_state(plan_: Plan, result: RunResult, ntiles: int, fifo_slots: i
     dependencies do not allow adding periods independently)."""
     if fifo_slots is None:  # unbounded FIFOs: a sender may run ahead without bound, no state repeats
         return None
-    parts = coupled_parts(plan_)
-    part_of = {g: i for i, part in enumerate(parts) for g in part}
-    waits_on = _cross_dependencies(plan_, part_of)
-    own_clean = [_clean_tiles(plan_, result, ntiles, part) for part in parts]
+    if plan_ not in _COUPLING:  # the probes of one plan (16 tiles, 32, ...) share it
+        parts = coupled_parts(plan_)
+        _COUPLING[plan_] = parts, _cross_dependencies(plan_, {g: i for i, part in enumerate(parts) for g in part})
+    parts, waits_on = _COUPLING[plan_]
+    # tile x step finish times of each threadblock with steps (read by every part's search)
+    ends = {g: np.asarray(result.step_end_us[g], dtype=float).reshape(ntiles, len(plan_.steps[g]))
+            for part in parts for g in part}
+    own_clean = [_clean_tiles(plan_, result, ends, part) for part in parts]
     periods = []
     for i, part in enumerate(parts):
         # a part's tiles are exact only as far as the tiles of the parts it waits on are
         clean = min([own_clean[i]] + [own_clean[j] for j in _reachable(i, waits_on)])
-        period = find_period(plan_, result, ntiles, fifo_slots, part, clean)
+        period = find_period(ends, fifo_slots, part, clean)
         if period is None:
             return None
         periods.append(period)
@@ -86,6 +92,10 @@ def find_steady_state(plan_: Plan, result: RunResult, ntiles: int, fifo_slots: i
         if rate_w > rate_d + tolerance and not _never_waits(plan_, result, ntiles, steps):
             return None  # a slower waiter's wait shrinks as it falls behind: the run's ending is not the N-run's
     return SteadyState(tuple(parts), tuple(periods))
+
+
+# plan -> (coupled_parts, _cross_dependencies): numbers only, so a plan no longer used is dropped from it
+_COUPLING: weakref.WeakKeyDictionary[Plan, Any] = weakref.WeakKeyDictionary()
 
 
 def coupled_parts(plan_: Plan) -> list[tuple[int, ...]]:
@@ -148,26 +158,24 @@ def _never_waits(plan_: Plan, result: RunResult, ntiles: int, steps: list[tuple[
     return True
 
 
-def _clean_tiles(plan_: Plan, result: RunResult, ntiles: int, part: tuple[int, ...]) -> int:
+def _clean_tiles(plan_: Plan, result: RunResult, ends: dict[int, np.ndarray], part: tuple[int, ...]) -> int:
     """How many leading tiles of the part finished before its first sending threadblock ran out of tiles (until
     then the run is the infinite tile loop; afterwards the others meet less contention)."""
     sending = [g for g in part if any(st.send_conn >= 0 for st in plan_.steps[g])]
     if not sending:
-        return ntiles
+        return len(ends[part[0]])
     run_out = min(result.step_end_us[g][-1] for g in sending)
-    latest = np.max(np.column_stack([np.asarray(result.step_end_us[g], dtype=float).reshape(
-        ntiles, len(plan_.steps[g])).max(axis=1) for g in part]), axis=1)
+    latest = np.max(np.column_stack([ends[g].max(axis=1) for g in part]), axis=1)
     late = np.flatnonzero(latest >= run_out)
-    return int(late[0]) if late.size else ntiles
+    return int(late[0]) if late.size else len(latest)
 
 
-def find_period(plan_: Plan, result: RunResult, ntiles: int, fifo_slots: int, part: tuple[int, ...],
-                clean: int) -> Period | None:
-    """The period of one part's first `clean` tiles, or None when they show none (or too few)."""
+def find_period(ends: dict[int, np.ndarray], fifo_slots: int, part: tuple[int, ...], clean: int) -> Period | None:
+    """The period of one part's first `clean` tiles (`ends`: tile x step finish times per threadblock), or None
+    when they show none (or too few)."""
     if clean < 2:
         return None
-    blocks = [np.asarray(result.step_end_us[g], dtype=float).reshape(ntiles, len(plan_.steps[g]))[:clean]
-              for g in part]
+    blocks = [ends[g][:clean] for g in part]
     times = np.hstack(blocks)  # tile x every step of the part's threadblocks
     last_steps = np.column_stack([block[:, -1] for block in blocks])  # tile x threadblock: the tile's last step
     # how many tiles the fastest threadblock is ahead of the slowest: the fastest finished tile j before the
