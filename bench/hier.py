@@ -71,10 +71,22 @@ def _side(named_irs: list[tuple[str, Any]], topo: Any, failures: list[str]) -> l
 
 def _lower(algorithm: Any, merge: str, lowering: str, inplace: bool) -> Any:
     """The program of one candidate: `lower_gateway` for the transpose modes (gateway only; None for the
-    other plans), else `lower_composition` or `lower_to_program`."""
-    from collsynth.algorithms.hier_lower import lower_composition, lower_gateway
+    other plans), `lower_rail_gather` for `gather` (node-rail of direct phases only; None for the others),
+    else `lower_composition` or `lower_to_program`."""
+    from collsynth.algorithms.hier_lower import (
+        RAIL_GATHER_SOURCES,
+        lower_composition,
+        lower_gateway,
+        lower_rail_gather,
+    )
     from collsynth.language.lower import lower_to_program
 
+    if merge == "gather":  # node-rail AllToAll of direct phases only: one rail message per GPU and remote node
+        provenance = algorithm.provenance
+        if (provenance["plan"] != "node-rail" or lowering != "coalesced"
+                or any(provenance.get(k) != v for k, v in RAIL_GATHER_SOURCES.items())):
+            return None
+        return lower_rail_gather(algorithm)
     if merge.startswith("transpose-"):
         if algorithm.provenance["plan"] != "gateway" or lowering != "coalesced":
             return None
@@ -155,7 +167,7 @@ def main() -> None:
     parser.add_argument("--topology", action="append", default=None)
     parser.add_argument("--collective", action="append", default=None)
     parser.add_argument("--merge", action="append", default=None,
-                        help="lowering merge modes (contiguous, stage, transpose-sender, transpose-receiver)")
+                        help="lowering merge modes (contiguous, stage, transpose-sender, transpose-receiver, gather)")
     parser.add_argument("--side", action="append", choices=("ours", "library"), default=None,
                         help="time only this side (two runs can then share the machine's cores)")
     parser.add_argument("--library", action="append", default=None, help="only these library programs")

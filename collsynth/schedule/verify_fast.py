@@ -18,6 +18,7 @@ from operator import attrgetter
 
 import numpy as np
 
+from collsynth.collectives.spec import Placement
 from collsynth.schedule.algorithm import REDUCE, Algorithm
 
 
@@ -30,11 +31,12 @@ def _member(keys: np.ndarray, sorted_keys: np.ndarray) -> tuple[np.ndarray, np.n
     return found, np.minimum(pos, max(len(sorted_keys) - 1, 0))
 
 
-def _condition_keys(sets: tuple[frozenset[int], ...], n: int) -> np.ndarray:
-    # key(c, r) = c * n + r for every r in sets[c], sorted (distinct by construction)
-    sizes = np.fromiter((len(s) for s in sets), np.int64, len(sets))
-    ranks = np.fromiter(chain.from_iterable(sets), np.int64, int(sizes.sum()))
-    return np.sort(np.repeat(np.arange(len(sets), dtype=np.int64) * n, sizes) + ranks)
+def condition_keys(placement: Placement, n: int) -> np.ndarray:
+    """Sorted distinct keys `c * n + r` of the (chunk, rank) pairs of a collective's `inputs` or `outputs`: the
+    pairs of `pre` or `post`, read from the placement, so those tuples of sets (~0.5 GB for a 1024-rank
+    AllToAll) are never built."""
+    flat = np.fromiter(chain.from_iterable(placement), np.int64, 3 * len(placement)).reshape(-1, 3)
+    return np.unique(flat[:, 0] * n + flat[:, 1])
 
 
 def _capacity_ok(algorithm: Algorithm, step: np.ndarray, link: np.ndarray, rounds: np.ndarray) -> bool:
@@ -78,6 +80,15 @@ class SendArrays:
     reduce: np.ndarray  # bool: op is reduce
 
 
+def index_dtype(algorithm: Algorithm) -> type[np.signedinteger]:
+    """int32 where every key the check forms fits (chunk * ranks + rank, step * links + link, step * switches +
+    switch): half the memory of int64 for the ~17M sends of a 1024-rank AllToAll."""
+    n, k = algorithm.collective.num_ranks, algorithm.collective.num_chunks
+    width = max(len(algorithm.topology.link_list), len(algorithm.topology.switches))
+    bound = max(max(k, n) * n + n, (len(algorithm.steps) + 1) * (width + 1))
+    return np.int32 if bound < 2**31 else np.int64
+
+
 def structure_is_valid(algorithm: Algorithm) -> SendArrays | None:
     """The send arrays when rounds, chunk and rank ranges, links and capacities all pass; else None."""
     topo, coll = algorithm.topology, algorithm.collective
@@ -87,24 +98,31 @@ def structure_is_valid(algorithm: Algorithm) -> SendArrays | None:
         return None
     sizes = [len(st.sends) for st in algorithm.steps]
     total = sum(sizes)
+    it = index_dtype(algorithm)
 
-    def column(name: str, dtype: type = np.int64) -> np.ndarray:
+    def column(name: str, dtype: type = it) -> np.ndarray:
         # straight from the steps, with no list of every send (~17M at 1024 ranks)
         values = map(attrgetter(name), chain.from_iterable(st.sends for st in algorithm.steps))
         return np.fromiter(values if name != "op" else map(REDUCE.__eq__, values), dtype, total)
 
-    arrays = SendArrays(np.repeat(np.arange(len(rounds), dtype=np.int64), sizes), column("chunk"), column("src"),
-                        column("dst"), column("op", bool))
+    try:
+        arrays = SendArrays(np.repeat(np.arange(len(rounds), dtype=it), sizes), column("chunk"), column("src"),
+                            column("dst"), column("op", bool))
+    except OverflowError:  # a chunk or rank far outside the collective (the int32 columns cannot hold it)
+        return None
     src, dst = arrays.src, arrays.dst
     if total and (arrays.chunk.min() < 0 or arrays.chunk.max() >= k or min(src.min(), dst.min()) < 0
                   or max(src.max(), dst.max()) >= n):
         return None
-    link_keys = np.array([x.src * n + x.dst for x in topo.link_list], dtype=np.int64)
+    link_keys = np.array([x.src * n + x.dst for x in topo.link_list], dtype=it)
     link_order = np.argsort(link_keys)
     exists, pos = _member(src * n + dst, link_keys[link_order])
-    if not exists.all() or not _capacity_ok(algorithm, arrays.step, link_order[pos], rounds):
+    if not exists.all():
         return None
-    return arrays
+    del exists
+    link = link_order.astype(it)[pos]
+    del pos
+    return arrays if _capacity_ok(algorithm, arrays.step, link, rounds) else None
 
 
 def copy_schedule_is_valid(algorithm: Algorithm) -> bool:
@@ -115,18 +133,21 @@ def copy_schedule_is_valid(algorithm: Algorithm) -> bool:
     if arrays is None or arrays.reduce.any():
         return False
     step, chunk, src, dst = arrays.step, arrays.chunk, arrays.src, arrays.dst
-    pre = _condition_keys(coll.pre, n)
+    del arrays
+    pre = condition_keys(coll.inputs, n)
     recv = chunk * n + dst
-    order = np.lexsort((step, recv))
+    del dst
+    order = np.argsort(recv, kind="stable")  # rows are in step order: a key's first row is its earliest step
     recv = recv[order]
     first = np.flatnonzero(np.r_[True, recv[1:] != recv[:-1]])  # each key's first reception (earliest step)
     recv_keys, first_step = recv[first], step[order[first]]
     del recv, order, first
     held = chunk * n + src
+    del chunk, src
     held_before, _ = _member(held, pre)
     received, at = _member(held, recv_keys)
     del held
     if not (held_before | (received & (first_step[at] < step))).all():
         return False
-    post = _condition_keys(coll.post, n)
+    post = condition_keys(coll.outputs, n)
     return bool((_member(post, pre)[0] | _member(post, recv_keys)[0]).all())

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from collsynth.schedule.algorithm import Algorithm
-from collsynth.schedule.verify_fast import _condition_keys, _member, structure_is_valid
+from collsynth.schedule.verify_fast import _member, condition_keys, structure_is_valid
 
 POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.int64)
 
@@ -67,7 +67,7 @@ def sum_schedule_is_valid(algorithm: Algorithm) -> bool:
     arrays = structure_is_valid(algorithm)
     if arrays is None:
         return False
-    pre = _condition_keys(coll.pre, n)
+    pre = condition_keys(coll.inputs, n)
     keys = np.union1d(pre, arrays.chunk * n + arrays.dst)
     found, src = _member(arrays.chunk * n + arrays.src, keys)
     if not found.all():  # a source that never holds its chunk
@@ -81,7 +81,7 @@ def sum_schedule_is_valid(algorithm: Algorithm) -> bool:
     for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
         if a < b and not _apply_step(state, held, src[a:b], dst[a:b], arrays.reduce[a:b]):
             return False
-    post = _condition_keys(coll.post, n)
+    post = condition_keys(coll.outputs, n)
     there, rows = _member(post, keys)
     if not there.all() or not held[rows].all():
         return False

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from collsynth.collectives import make_collective
+from collsynth.collectives import CollectiveError, custom_collective, make_collective
 from collsynth.schedule import COPY, REDUCE, Algorithm, AlgorithmError, Send, Step, verify
 from collsynth.schedule.verify import verify_reference
-from collsynth.schedule.verify_fast import copy_schedule_is_valid
+from collsynth.schedule.verify_fast import condition_keys, copy_schedule_is_valid, index_dtype
 from collsynth.schedule.verify_sums import sum_schedule_is_valid
 from collsynth.topologies import Topology
 from collsynth.topologies.model import Link, Switch
@@ -190,3 +192,44 @@ def test_sum_generators_give_both_outcomes() -> None:
         outcomes.add(_reference_accepts(_sum_schedule(rng, topo, "allreduce", 1)))
         outcomes.add(_reference_accepts(_greedy_sum(rng, topo, "reducescatter", 1)))
     assert outcomes == {True, False}
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 6), k=st.integers(1, 6), data=st.data())
+def test_condition_keys_are_the_pairs_of_pre_and_post(n: int, k: int, data: st.DataObject) -> None:
+    """Keys read from the placements equal the keys of `pre` / `post` (a rank may hold a chunk at two indices)."""
+    triples = st.tuples(st.integers(0, k - 1), st.integers(0, n - 1), st.integers(0, 3))
+    ins = data.draw(st.lists(triples, min_size=1, max_size=12))
+    outs = data.draw(st.lists(triples, min_size=1, max_size=12))
+    try:
+        coll = custom_collective("c", n, ins, outs, input_chunks=4, output_chunks=4)
+    except CollectiveError:  # two chunks in one slot, or an output chunk nobody holds
+        assume(False)
+    for placement, sets in ((coll.inputs, coll.pre), (coll.outputs, coll.post)):
+        expected = sorted(c * n + r for c, ranks in enumerate(sets) for r in ranks)
+        assert condition_keys(placement, n).tolist() == expected
+
+
+def test_the_copy_check_builds_no_pre_or_post_sets() -> None:
+    """The check reads the placements; `pre` and `post` (~0.5 GB of sets at 1024 ranks) stay unbuilt."""
+    topo = Topology("ring3", 3, tuple(Link(u, v) for u in range(3) for v in range(3) if u != v))
+    coll = make_collective("alltoall", 3, 1)
+    sends = tuple(Send(c, c // 3, c % 3) for c in range(9) if c // 3 != c % 3)
+    assert copy_schedule_is_valid(Algorithm("direct", topo, coll, (Step(1, sends),), {}))
+    assert "pre" not in coll.__dict__ and "post" not in coll.__dict__
+
+
+def test_index_dtype_narrows_only_where_keys_fit() -> None:
+    topo = Topology("pair", 2, (Link(0, 1), Link(1, 0)))
+    small = Algorithm("s", topo, make_collective("allgather", 2, 1), (), {})
+    assert index_dtype(small) is np.int32
+    many_steps = SimpleNamespace(collective=small.collective, topology=topo, steps=range(2**30))  # len() only
+    assert index_dtype(many_steps) is np.int64  # type: ignore[arg-type]
+
+
+def test_a_chunk_beyond_int32_is_a_fault_not_an_overflow() -> None:
+    topo = Topology("pair", 2, (Link(0, 1), Link(1, 0)))
+    algo = Algorithm("far", topo, make_collective("allgather", 2, 1), (Step(1, (Send(2**40, 0, 1),)),), {})
+    assert not copy_schedule_is_valid(algo)
+    with pytest.raises(AlgorithmError, match="chunk 1099511627776 outside"):
+        verify(algo)

@@ -29,7 +29,7 @@ from collsynth.schedule import COPY, REDUCE, Algorithm, Step, SynthesisResult, v
 from collsynth.schedule.algorithm import send_of_fields
 from collsynth.schedule.transforms import TimedSends, reversed_sends
 from collsynth.synth.cluster.timexp import MAX_CELLS, MIB, GreedyError, Transfers, link_arrays, run_greedy
-from collsynth.synth.cluster.unicast import run_unicast
+from collsynth.synth.cluster.unicast import one_destination_ends, run_unicast
 from collsynth.topologies import Topology
 from collsynth.topologies.symmetry import reversed_topology
 
@@ -99,15 +99,11 @@ def greedy_steps(topology: Topology, collective: Collective, chunk_mb: float, se
     return _steps(transfers, COPY, offset_us), offset_us + transfers.makespan_us
 
 
-def _one_destination(collective: Collective) -> bool:
-    return all(len(p) == 1 for p in collective.pre) and all(len(p) == 1 for p in collective.post)
-
-
 def _copies(topology: Topology, collective: Collective, chunk_mb: float, seed: int) -> Transfers:
     """The matching of `timexp`; for one-destination collectives also the per-destination engine of `unicast`
     (the only one past timexp's cell limit), keeping the shorter makespan (timexp's on ties)."""
     dense_fits = collective.num_ranks * collective.num_chunks <= MAX_CELLS
-    if not _one_destination(collective):
+    if one_destination_ends(collective) is None:
         return run_greedy(topology, collective, chunk_mb, seed=seed)
     sparse = run_unicast(topology, collective, link_arrays(topology, chunk_mb), seed=seed)
     if not dense_fits:

@@ -21,17 +21,33 @@ import heapq
 import numpy as np
 
 from collsynth.collectives import Collective
+from collsynth.schedule.verify_fast import condition_keys
 from collsynth.synth.cluster.timexp import GreedyError, Transfers, _Links, grant_lanes, idle_links
 from collsynth.topologies import Topology
 
 FIRST_CANDIDATES = 32  # destinations looked at before the full candidate list (most links find one there)
 
 
+def one_destination_ends(collective: Collective) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each chunk's one source and one destination, read from the placements (not `pre`/`post`, ~0.5 GB of sets
+    for a 1024-rank AllToAll); None unless every chunk has exactly one of each."""
+    n, k = collective.num_ranks, collective.num_chunks
+    ends = []
+    for placement in (collective.inputs, collective.outputs):
+        keys = condition_keys(placement, n)  # sorted: one key per chunk, in chunk order, iff one rank per chunk
+        if len(keys) != k or (keys // n != np.arange(k)).any():
+            return None
+        ends.append(keys % n)
+    return ends[0], ends[1]
+
+
 def chunk_ends(collective: Collective) -> tuple[np.ndarray, np.ndarray]:
     """Each chunk's one source and one destination (the collective must have one of each per chunk)."""
-    src = np.fromiter((next(iter(p)) for p in collective.pre), dtype=np.int64, count=collective.num_chunks)
-    dst = np.fromiter((next(iter(p)) for p in collective.post), dtype=np.int64, count=collective.num_chunks)
-    return src, dst
+    ends = one_destination_ends(collective)
+    if ends is None:
+        raise GreedyError(f"greedy: {collective.name} has chunks with several sources or destinations; the "
+                          "per-destination engine takes one of each (AllToAll, Gather, Scatter)")
+    return ends
 
 
 def _candidates(links: _Links, dist: np.ndarray, seed: int) -> np.ndarray:

@@ -15,8 +15,8 @@ from collsynth.collectives import make_collective
 from collsynth.schedule import COPY, Algorithm, verify
 from collsynth.synth.cluster import greedy as greedy_module
 from collsynth.synth.cluster.greedy import _steps, greedy
-from collsynth.synth.cluster.timexp import link_arrays
-from collsynth.synth.cluster.unicast import chunk_ends, run_unicast
+from collsynth.synth.cluster.timexp import GreedyError, link_arrays
+from collsynth.synth.cluster.unicast import chunk_ends, one_destination_ends, run_unicast
 from collsynth.topologies import Topology, builtin
 from collsynth.topologies.model import Link, Switch
 
@@ -67,3 +67,28 @@ def test_greedy_keeps_the_shorter_engine() -> None:
     result = greedy(topo, coll, 1 << 24)
     assert result.algorithm is not None
     assert result.algorithm.provenance["makespan_us"] == pytest.approx(min(dense.makespan_us, sparse.makespan_us))
+
+
+@pytest.mark.parametrize(("name", "root"), [("alltoall", None), ("gather", 2), ("scatter", 1), ("allgather", None),
+                                            ("broadcast", 0)])
+def test_one_destination_ends_match_pre_and_post(name: str, root: int | None) -> None:
+    coll = make_collective(name, 4, 2, root=root)
+    ends = one_destination_ends(coll)
+    if all(len(p) == 1 for p in coll.pre) and all(len(p) == 1 for p in coll.post):
+        assert ends is not None
+        assert ends[0].tolist() == [next(iter(p)) for p in coll.pre]
+        assert ends[1].tolist() == [next(iter(p)) for p in coll.post]
+    else:
+        assert ends is None
+        with pytest.raises(GreedyError, match="one of each"):
+            chunk_ends(coll)
+
+
+def test_greedy_alltoall_builds_no_pre_or_post_sets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the dense engine's limit (1024-rank AllToAll), the one-destination test, the engine and the check read
+    the placements: there the sets would be ~0.5 GB of the run's peak."""
+    topo = builtin("torus:2x3")
+    coll = make_collective("alltoall", 6, 1)
+    monkeypatch.setattr(greedy_module, "MAX_CELLS", 10)
+    assert greedy(topo, coll).status.name == "SAT"
+    assert "pre" not in coll.__dict__ and "post" not in coll.__dict__
