@@ -16,7 +16,7 @@ import numpy as np
 from collsynth.compiler.errors import CompileError
 from collsynth.ir import MAX_CHANNELS, MAX_COUNT, MAX_STEPS_PER_TB, NOP, RECEIVING_TYPES, SENDING_TYPES, Algo, Step
 from collsynth.ir.deadlock import unreached
-from collsynth.ir.table import RECEIVES, SENDS, step_table
+from collsynth.ir.table import RECEIVES, SENDS, StepTable, step_table
 from collsynth.language.program import where
 
 Lines = Sequence[Sequence[Sequence[int]]]  # per gpu, per threadblock, per step: the DSL line (0: none)
@@ -43,7 +43,8 @@ def check_ir(ir: Algo, lines: Lines | None = None, *, order: bool = True, source
 
 
 def _check_limits(ir: Algo, at, max_steps: int | None) -> None:  # type: ignore[no-untyped-def]
-    cnt_ok = int(step_table(ir, keep=True).cnt.max(initial=0)) <= MAX_COUNT
+    table = _table(ir)
+    cnt_ok = table is not None and int(table.cnt.max(initial=0)) <= MAX_COUNT
     for gpu in ir.gpus:
         for tb in gpu.tbs:
             if max_steps is not None and len(tb.steps) > max_steps:
@@ -66,12 +67,23 @@ def _check_limits(ir: Algo, at, max_steps: int | None) -> None:  # type: ignore[
 _CNT = attrgetter("cnt")
 
 
+def _table(ir: Algo) -> StepTable | None:
+    """The IR's step table, kept for the checks that follow (validate, the deadlock check); None where a field
+    is no integer (the step-by-step checks then run)."""
+    try:
+        return step_table(ir, keep=True)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
 def _in_order(ir: Algo) -> bool:
     """Whether the order checks below pass, all steps at once over the IR's table: every connection (sender,
     receiver, channel) has one sending and one receiving threadblock, its k-th send and k-th receive have one
     count, and all steps are reached by Kahn's algorithm over threadblock order, waits and send -> receive.
     False where any of that fails or a wait names no step: the step-by-step checks then decide and name it."""
-    t = step_table(ir, keep=True)
+    t = _table(ir)
+    if t is None:
+        return False
     gpu_ids = np.array([gpu.id for gpu in ir.gpus], dtype=np.int64)
     tb_gid = gpu_ids[t.tb_gpu]
     sending, receiving = SENDS[t.type], RECEIVES[t.type]
