@@ -90,20 +90,26 @@ def _read(ir: Algo) -> StepTable:
     lengths = np.fromiter((len(tb.steps) for _, tb in tbs), dtype=np.int64, count=ntbs)
     tb_first = np.zeros(ntbs + 1, dtype=np.int64)
     np.cumsum(lengths, out=tb_first[1:])
-    steps = list(chain.from_iterable(tb.steps for _, tb in tbs))
-    n = len(steps)
-
-    def ints(name: str) -> np.ndarray:
-        return _ints(map(attrgetter(name), steps), n)
-
-    def codes(name: str, code: dict[str, int]) -> np.ndarray:
-        return np.fromiter(map(code.get, map(attrgetter(name), steps), repeat(-1)), dtype=np.int8, count=n)
-
+    n = int(tb_first[-1])
+    ints = {name: np.empty(n, dtype=np.int64) for name in ("s", "srcoff", "dstoff", "cnt", "depid", "deps")}
+    codes = {name: np.empty(n, dtype=np.int8) for name in ("type", "srcbuf", "dstbuf")}
+    hasdep = np.empty(n, dtype=bool)
+    at = 0
+    for gpu in ir.gpus:  # a GPU at a time: its steps stay in cache while every field is read
+        steps = list(chain.from_iterable(tb.steps for tb in gpu.tbs))
+        end = at + len(steps)
+        for name, column in ints.items():
+            column[at:end] = _ints(map(attrgetter(name), steps), len(steps))
+        for name, column in codes.items():
+            code = TYPE_CODE if name == "type" else BUFFER_CODE
+            column[at:end] = np.fromiter(map(code.get, map(attrgetter(name), steps), repeat(-1)), dtype=np.int8,
+                                         count=len(steps))
+        hasdep[at:end] = np.fromiter(map(attrgetter("hasdep"), steps), dtype=bool, count=len(steps))
+        at = end
     return StepTable(
         gpu_first=gpu_first, tb_gpu=np.repeat(np.arange(len(ir.gpus)), np.diff(gpu_first)),
         tb_id=_ints((tb.id for _, tb in tbs), ntbs), tb_send=_ints((tb.send for _, tb in tbs), ntbs),
         tb_recv=_ints((tb.recv for _, tb in tbs), ntbs), tb_chan=_ints((tb.chan for _, tb in tbs), ntbs),
         tb_first=tb_first, step_tb=np.repeat(np.arange(ntbs), lengths),
-        s=ints("s"), type=codes("type", TYPE_CODE), srcbuf=codes("srcbuf", BUFFER_CODE), srcoff=ints("srcoff"),
-        dstbuf=codes("dstbuf", BUFFER_CODE), dstoff=ints("dstoff"), cnt=ints("cnt"), depid=ints("depid"),
-        deps=ints("deps"), hasdep=np.fromiter(map(attrgetter("hasdep"), steps), dtype=bool, count=n))
+        s=ints["s"], type=codes["type"], srcbuf=codes["srcbuf"], srcoff=ints["srcoff"], dstbuf=codes["dstbuf"],
+        dstoff=ints["dstoff"], cnt=ints["cnt"], depid=ints["depid"], deps=ints["deps"], hasdep=hasdep)
