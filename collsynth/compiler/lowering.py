@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields, replace
 from functools import partial
 from itertools import accumulate, chain, compress, islice, repeat
@@ -241,7 +241,7 @@ def _one_instance(tb: TbPlan, tb_waits: tuple[Waits, ...], columns: Columns, new
     n = len(members)
     if n == 0:
         return LTb.of_steps(tb.send, tb.recv, tb.chan, ())
-    pick = itemgetter(*members) if n > 1 else _one_of(members[0])
+    pick: Callable[[tuple], tuple] = itemgetter(*members) if n > 1 else _one_of(members[0])  # type: ignore[type-arg]
     kinds, srcbufs, srcoffs, dstbufs, dstoffs, cnts, lines = map(pick, columns)
     deps = tb_waits
     if new_id is not None:  # every wait (a, b) -> (new_id[a], b), regrouped per step: all in C, no call per step
@@ -252,7 +252,7 @@ def _one_instance(tb: TbPlan, tb_waits: tuple[Waits, ...], columns: Columns, new
                lines)
 
 
-def _one_of(i: int):  # type: ignore[no-untyped-def]
+def _one_of(i: int) -> Callable[[tuple], tuple]:  # type: ignore[type-arg]
     """Like itemgetter(i), but a 1-tuple (itemgetter of several indices gives a tuple, of one a bare item)."""
     return lambda column: (column[i],)
 

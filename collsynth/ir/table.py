@@ -100,9 +100,9 @@ def _read(ir: Algo) -> StepTable:
         end = at + len(steps)
         for name, column in ints.items():
             column[at:end] = _ints(map(attrgetter(name), steps), len(steps))
-        for name, column in codes.items():
+        for name, code_column in codes.items():
             code = TYPE_CODE if name == "type" else BUFFER_CODE
-            column[at:end] = np.fromiter(map(code.get, map(attrgetter(name), steps), repeat(-1)), dtype=np.int8,
+            code_column[at:end] = np.fromiter(map(code.get, map(attrgetter(name), steps), repeat(-1)), dtype=np.int8,
                                          count=len(steps))
         hasdep[at:end] = np.fromiter(map(attrgetter("hasdep"), steps), dtype=bool, count=len(steps))
         at = end
