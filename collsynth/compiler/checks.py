@@ -16,6 +16,7 @@ import numpy as np
 from collsynth.compiler.errors import CompileError
 from collsynth.ir import MAX_CHANNELS, MAX_COUNT, MAX_STEPS_PER_TB, NOP, RECEIVING_TYPES, SENDING_TYPES, Algo, Step
 from collsynth.ir.deadlock import unreached
+from collsynth.ir.table import RECEIVES, SENDS, StepTable, step_table
 from collsynth.language.program import where
 
 Lines = Sequence[Sequence[Sequence[int]]]  # per gpu, per threadblock, per step: the DSL line (0: none)
@@ -31,7 +32,7 @@ def check_ir(ir: Algo, lines: Lines | None = None, *, order: bool = True, source
         return where(line, source)
 
     _check_limits(ir, at, max_steps)
-    if order:
+    if order and not _in_order(ir):  # the step-by-step checks name the first problem
         connections = _connections(ir)
         _check_connections(connections, at)
         _check_cycles(ir, at, connections)
@@ -42,6 +43,8 @@ def check_ir(ir: Algo, lines: Lines | None = None, *, order: bool = True, source
 
 
 def _check_limits(ir: Algo, at, max_steps: int | None) -> None:  # type: ignore[no-untyped-def]
+    table = _table(ir)
+    cnt_ok = table is not None and int(table.cnt.max(initial=0)) <= MAX_COUNT
     for gpu in ir.gpus:
         for tb in gpu.tbs:
             if max_steps is not None and len(tb.steps) > max_steps:
@@ -53,7 +56,7 @@ def _check_limits(ir: Algo, at, max_steps: int | None) -> None:  # type: ignore[
                 raise CompileError(f"{at(gpu.id, tb.id, 0)}rank {gpu.id} threadblock {tb.id} uses channel {tb.chan}; "
                                    f"MSCCL has channels 0..{MAX_CHANNELS - 1} (channels per instance x instances "
                                    "must stay below that): use fewer channels or instances")
-            if max(map(_CNT, tb.steps), default=0) <= MAX_COUNT:
+            if cnt_ok or max(map(_CNT, tb.steps), default=0) <= MAX_COUNT:
                 continue
             for step in tb.steps:
                 if step.cnt > MAX_COUNT:
@@ -62,6 +65,61 @@ def _check_limits(ir: Algo, at, max_steps: int | None) -> None:  # type: ignore[
 
 
 _CNT = attrgetter("cnt")
+
+
+def _table(ir: Algo) -> StepTable | None:
+    """The IR's step table, kept for the checks that follow (validate, the deadlock check); None where a field
+    is no integer (the step-by-step checks then run)."""
+    try:
+        return step_table(ir, keep=True)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _in_order(ir: Algo) -> bool:
+    """Whether the order checks below pass, all steps at once over the IR's table: every connection (sender,
+    receiver, channel) has one sending and one receiving threadblock, its k-th send and k-th receive have one
+    count, and all steps are reached by Kahn's algorithm over threadblock order, waits and send -> receive.
+    False where any of that fails or a wait names no step: the step-by-step checks then decide and name it."""
+    t = _table(ir)
+    if t is None:
+        return False
+    gpu_ids = np.array([gpu.id for gpu in ir.gpus], dtype=np.int64)
+    tb_gid = gpu_ids[t.tb_gpu]
+    sending, receiving = SENDS[t.type], RECEIVES[t.type]
+    sends, recvs = np.flatnonzero(sending), np.flatnonzero(receiving)
+    if sends.size != recvs.size:
+        return False
+    if sends.size:
+        keys = np.concatenate([np.stack([tb_gid, t.tb_send, t.tb_chan], axis=1),
+                               np.stack([t.tb_recv, tb_gid, t.tb_chan], axis=1)])
+        _, conn = np.unique(keys, axis=0, return_inverse=True)
+        conn = conn.reshape(-1)
+        ntbs = t.tb_id.size
+        send_conn, recv_conn = conn[:ntbs], conn[ntbs:]
+        sender_tbs, receiver_tbs = np.unique(t.step_tb[sends]), np.unique(t.step_tb[recvs])
+        # one threadblock per side of every connection, and the same connections on both sides
+        if np.unique(send_conn[sender_tbs]).size != sender_tbs.size or \
+                not np.array_equal(np.sort(send_conn[sender_tbs]), np.sort(recv_conn[receiver_tbs])):
+            return False
+        sends = sends[np.argsort(send_conn[t.step_tb[sends]], kind="stable")]  # by connection, then in order
+        recvs = recvs[np.argsort(recv_conn[t.step_tb[recvs]], kind="stable")]
+        if not np.array_equal(send_conn[t.step_tb[sends]], recv_conn[t.step_tb[recvs]]) or \
+                not np.array_equal(t.cnt[sends], t.cnt[recvs]):
+            return False
+    lengths = np.diff(t.tb_first)
+    waiting = np.flatnonzero(t.depid >= 0)
+    gpu = t.tb_gpu[t.step_tb[waiting]]
+    local, first = t.depid[waiting], t.gpu_first[gpu]
+    if np.any(local >= t.gpu_first[gpu + 1] - first):
+        return False
+    target, step = first + local, t.deps[waiting]
+    if np.any(step < 0) or np.any(step >= lengths[target]):
+        return False
+    in_order = np.flatnonzero(t.step_tb[:-1] == t.step_tb[1:])
+    src = np.concatenate([in_order, t.tb_first[target] + step, sends])
+    dst = np.concatenate([in_order + 1, waiting, recvs])
+    return not unreached(t.s.size, src, dst).any()
 
 
 def _connections(ir: Algo) -> tuple[dict, dict]:  # type: ignore[type-arg]

@@ -31,26 +31,20 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, fields, replace
 from functools import partial
-from itertools import chain, compress, repeat
+from itertools import accumulate, chain, compress, islice, repeat
 from operator import add, attrgetter, itemgetter
 from typing import NamedTuple
 
 from collsynth.collectives import Collective
 from collsynth.compiler.dag import Instr
 from collsynth.compiler.deps import Dep, Dependencies, Waits
-from collsynth.compiler.placement import Placement, StepRef
+from collsynth.compiler.instances import Access, cross_instance_waits, uncovered
+from collsynth.compiler.placement import StepRef, TbPlan
 from collsynth.ir import (
-    COPY,
     NOP,
-    RECV,
-    RECV_COPY_SEND,
-    RECV_REDUCE_COPY,
-    RECV_REDUCE_COPY_SEND,
-    RECV_REDUCE_SEND,
-    REDUCE,
-    SEND,
     Algo,
     Gpu,
     Step,
@@ -85,12 +79,36 @@ lstep_of_fields = partial(tuple.__new__, LStep)
 _INSTR_LINE = 11  # Instr.line's position; its first 7 fields are kind, rank, src_buf, src_off, dst_buf, dst_off, cnt
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LTb:
+    """One threadblock's steps as columns, one tuple per LStep field in step order (a few objects per threadblock
+    instead of two per step: millions fewer to make, scan and free at 1024 ranks); `steps` makes the LSteps."""
+
     send: int
     recv: int
     chan: int
-    steps: tuple[LStep, ...]
+    types: tuple[str, ...]
+    srcbufs: tuple[str, ...]
+    srcoffs: tuple[int, ...]
+    dstbufs: tuple[str, ...]
+    dstoffs: tuple[int, ...]
+    cnts: tuple[int, ...]
+    deps: tuple[Waits, ...]
+    hasdeps: tuple[bool, ...]
+    lines: tuple[int, ...]
+
+    @property
+    def steps(self) -> tuple[LStep, ...]:
+        """The steps, one LStep each (made on each call, for reading)."""
+        return tuple(map(lstep_of_fields, zip(self.types, self.srcbufs, self.srcoffs, self.dstbufs, self.dstoffs,
+                                              self.cnts, self.deps, self.hasdeps, self.lines, strict=True)))
+
+    @classmethod
+    def of_steps(cls, send: int, recv: int, chan: int, steps: Sequence[LStep]) -> LTb:
+        """The threadblock of these steps."""
+        if not steps:
+            return cls(send, recv, chan, (), (), (), (), (), (), (), (), ())
+        return cls(send, recv, chan, *zip(*steps, strict=True))
 
 
 @dataclass(frozen=True)
@@ -142,16 +160,21 @@ def replicate_instances(dependencies: Dependencies, program: Program) -> TbProgr
     per_instance = 1 + max((tb.chan for tbs in placement.tbs for tb in tbs), default=0)
     sizes = {INPUT: buffer_size(coll, INPUT), OUTPUT: buffer_size(coll, OUTPUT)}
     cross = cross_instance_waits(placement, copies, interleaved)
-    gpus, gpu_sizes = [], []
-    for rank, (tbs, rank_waits) in enumerate(zip(placement.tbs, dependencies.waits, strict=True)):
+    layouts, scratch_sizes = [], []
+    for rank in range(len(placement.tbs)):
         scratch = program.scratch_sizes(rank)
         base, at = {}, 0
         for name, size in scratch.items():
             base[name] = at
             at += size * copies
-
         layout = {INPUT: ("i", 0, sizes[INPUT]), OUTPUT: ("o", 0, sizes[OUTPUT])}  # buffer -> IR buffer, start, size
         layout.update((name, ("s", base[name], size)) for name, size in scratch.items())
+        layouts.append(layout)
+        scratch_sizes.append(at)
+    # One instance: every step's fields, one column each over all instrs (gathered per threadblock).
+    columns = _ir_columns(instrs, layouts) if copies == 1 else ()
+    gpus = []
+    for rank, (tbs, rank_waits) in enumerate(zip(placement.tbs, dependencies.waits, strict=True)):
         # Threadblocks are numbered by (send, recv, chan), then by their order in the placement: number them
         # first, so every wait names its final threadblock as it is made.
         keys = sorted(((tb.send, tb.recv, tb.chan + k * per_instance), t * copies + k)
@@ -160,34 +183,71 @@ def replicate_instances(dependencies: Dependencies, program: Program) -> TbProgr
         for new, (_, old) in enumerate(keys):
             new_id[old] = new
         made: list[LTb] = [None] * len(keys)  # type: ignore[list-item]
+        if copies == 1:  # the usual case: every step as it is, on its buffer's IR buffer
+            renumber = None if new_id == list(range(len(new_id))) else new_id
+            for t, (tb, tb_waits) in enumerate(zip(tbs, rank_waits, strict=True)):
+                made[new_id[t]] = _one_instance(tb, tb_waits, columns, renumber)
+            gpus.append(tuple(made))
+            continue
         for t, (tb, tb_waits) in enumerate(zip(tbs, rank_waits, strict=True)):
-            if copies == 1:  # the usual case: every step as it is, on its buffer's IR buffer
-                made[new_id[t]] = LTb(tb.send, tb.recv, tb.chan,
-                                      _one_instance(tb.instrs, tb_waits, instrs, layout, new_id))
-                continue
-            steps_of = _many_instances(tb.instrs, tb_waits, instrs, layout, new_id, copies, interleaved, cross,
-                                       runs_at)
+            steps_of = _many_instances(tb.instrs, tb_waits, instrs, layouts[rank], new_id, copies, interleaved,
+                                       cross, runs_at)
             for k, steps in enumerate(steps_of):
-                made[new_id[t * copies + k]] = LTb(tb.send, tb.recv, tb.chan + k * per_instance, steps)
+                made[new_id[t * copies + k]] = LTb.of_steps(tb.send, tb.recv, tb.chan + k * per_instance, steps)
         gpus.append(tuple(made))
-        gpu_sizes.append((coll.input_chunks * copies, coll.output_chunks * copies, at))
+    gpu_sizes = tuple((coll.input_chunks * copies, coll.output_chunks * copies, at) for at in scratch_sizes)
     return TbProgram(program.name, instance_collective(coll, copies), program.protocol, coll.inplace, copies,
-                     tuple(gpus), tuple(gpu_sizes), placement.dag.source)
+                     tuple(gpus), gpu_sizes, placement.dag.source)
 
 
-def _one_instance(members: tuple[int, ...], tb_waits: tuple[Waits, ...], instrs: tuple[Instr, ...],
-                  layout: dict[str, tuple[str, int, int]], new_id: list[int]) -> tuple[LStep, ...]:
-    """The steps of one threadblock when there is one instance (no other instance to wait for either)."""
-    steps: list[LStep] = []
-    append = steps.append
-    for i, waits in zip(members, tb_waits, strict=True):
-        ins = instrs[i]
-        kind, _, src_buf, src_off, dst_buf, dst_off, cnt = ins[:7]  # one slice, not seven field lookups
-        sb, sstart, _ = layout[src_buf]
-        db, dstart, _ = layout[dst_buf]
-        append(lstep_of_fields((kind, sb, sstart + src_off, db, dstart + dst_off, cnt,
-                                tuple([(new_id[a], b) for a, b in waits]) if waits else (), False, ins[_INSTR_LINE])))
-    return tuple(steps)
+Columns = tuple[tuple, ...]  # type: ignore[type-arg]
+
+
+def _ir_columns(instrs: tuple[Instr, ...], layouts: list[dict[str, tuple[str, int, int]]]) -> Columns:
+    """With one instance, every instr's step fields, one tuple each over all instrs: type, srcbuf, srcoff, dstbuf,
+    dstoff, cnt, line (IR buffer names; a scratch buffer's offsets moved to its place in "s" of its rank)."""
+    if not instrs:
+        return ((),) * 7
+    kinds, ranks, src_bufs, src_offs, dst_bufs, dst_offs, cnts = zip(*map(_INSTR_FIELDS, instrs), strict=True)
+    lines = tuple(map(itemgetter(_INSTR_LINE), instrs))
+    if any(start for layout in layouts for _, start, _ in layout.values()):  # a rank has two scratch buffers
+        where = {(rank, buf): ir for rank, layout in enumerate(layouts) for buf, ir in layout.items()}
+        src = tuple(map(where.__getitem__, zip(ranks, src_bufs, strict=True)))
+        dst = tuple(map(where.__getitem__, zip(ranks, dst_bufs, strict=True)))
+        src_offs = tuple(map(add, map(_START, src), src_offs))
+        dst_offs = tuple(map(add, map(_START, dst), dst_offs))
+        src_bufs, dst_bufs = tuple(map(_IR_BUF, src)), tuple(map(_IR_BUF, dst))
+    else:  # every buffer starts at 0: only the names change (the same on every rank)
+        names = {buf: ir for layout in layouts for buf, (ir, _, _) in layout.items()}
+        src_bufs, dst_bufs = tuple(map(names.__getitem__, src_bufs)), tuple(map(names.__getitem__, dst_bufs))
+    return kinds, src_bufs, src_offs, dst_bufs, dst_offs, cnts, lines
+
+
+_INSTR_FIELDS = itemgetter(slice(0, 7))  # kind, rank, src_buf, src_off, dst_buf, dst_off, cnt
+_IR_BUF, _START = itemgetter(0), itemgetter(1)
+
+
+def _one_instance(tb: TbPlan, tb_waits: tuple[Waits, ...], columns: Columns, new_id: list[int] | None) -> LTb:
+    """One threadblock when there is one instance (no other instance to wait for either): its instrs' columns
+    gathered; `new_id` renumbers the waited threadblocks (None: every threadblock keeps its number)."""
+    members = tb.instrs
+    n = len(members)
+    if n == 0:
+        return LTb.of_steps(tb.send, tb.recv, tb.chan, ())
+    pick: Callable[[tuple], tuple] = itemgetter(*members) if n > 1 else _one_of(members[0])  # type: ignore[type-arg]
+    kinds, srcbufs, srcoffs, dstbufs, dstoffs, cnts, lines = map(pick, columns)
+    deps = tb_waits
+    if new_id is not None:  # every wait (a, b) -> (new_id[a], b), regrouped per step: all in C, no call per step
+        pairs = tuple(chain.from_iterable(tb_waits))
+        renamed = iter(zip(map(new_id.__getitem__, map(_FIRST, pairs)), map(_SECOND, pairs), strict=True))
+        deps = tuple(map(tuple, map(islice, repeat(renamed), map(len, tb_waits))))
+    return LTb(tb.send, tb.recv, tb.chan, kinds, srcbufs, srcoffs, dstbufs, dstoffs, cnts, deps, (False,) * n,
+               lines)
+
+
+def _one_of(i: int) -> Callable[[tuple], tuple]:  # type: ignore[type-arg]
+    """Like itemgetter(i), but a 1-tuple (itemgetter of several indices gives a tuple, of one a bare item)."""
+    return lambda column: (column[i],)
 
 
 def _many_instances(members: tuple[int, ...], tb_waits: tuple[Waits, ...], instrs: tuple[Instr, ...],
@@ -195,7 +255,7 @@ def _many_instances(members: tuple[int, ...], tb_waits: tuple[Waits, ...], instr
                     cross: dict[Access, tuple[Access, ...]], runs_at: tuple[StepRef, ...]) -> list[tuple[LStep, ...]]:
     """The steps of one threadblock's `copies` instances (see the module docstring), per instance."""
     # Instance k of a step reads and writes at (first offset) + k * (stride): each step's part is computed once,
-    # and so are its own instance's waits as _uncovered reads them (the latest per threadblock, by threadblock:
+    # and so are its own instance's waits as uncovered reads them (the latest per threadblock, by threadblock:
     # threadblock dt of instance k is dt * copies + k, the same order for every k).
     parts = []
     for i, waits in zip(members, tb_waits, strict=True):
@@ -228,7 +288,7 @@ def _many_instances(members: tuple[int, ...], tb_waits: tuple[Waits, ...], instr
         waited: dict[int, int] = {}  # threadblock -> latest step this threadblock already waited for
         for i, kind, sb, so, sstride, db, do, dstride, cnt, waits, own, line in parts:
             others = cross.get((i, k))
-            if others is None:  # _uncovered of this instance's own waits, from their instance-free form
+            if others is None:  # uncovered of this instance's own waits, from their instance-free form
                 kept = []
                 for dt, ds in own:
                     t = dt * copies + k
@@ -239,95 +299,11 @@ def _many_instances(members: tuple[int, ...], tb_waits: tuple[Waits, ...], instr
             else:
                 both = [(dt * copies + k, ds) for dt, ds in waits]
                 both += [(runs_at[p].tb * copies + kp, runs_at[p].step) for p, kp in others]
-                waits_to = tuple([(new_id[a], b) for a, b in _uncovered(both, waited)])
+                waits_to = tuple([(new_id[a], b) for a, b in uncovered(both, waited)])
             steps.append(lstep_of_fields((kind, sb, so + k * sstride, db, do + k * dstride, cnt, waits_to, False,
                                           line)))
         instances.append(tuple(steps))
     return instances
-
-
-def _uncovered(waits: list[Dep], waited: dict[int, int]) -> list[Dep]:
-    """The latest wait per threadblock, less those an earlier step of the same threadblock covers."""
-    latest: dict[int, int] = {}
-    for t, s in waits:
-        if s > latest.get(t, -1):
-            latest[t] = s
-    kept = []
-    for t, s in sorted(latest.items()):
-        if waited.get(t, -1) < s:
-            kept.append((t, s))
-            waited[t] = s
-    return kept
-
-
-# Which local slot each kind of step reads and writes (fused steps: the receive's slot; rrs stores nothing).
-_READS_SRC = frozenset({SEND, COPY, REDUCE})
-_READS_DST = frozenset({RECV_REDUCE_COPY, RECV_REDUCE_COPY_SEND, RECV_REDUCE_SEND, REDUCE})
-_WRITES_DST = frozenset({RECV, RECV_COPY_SEND, RECV_REDUCE_COPY, RECV_REDUCE_COPY_SEND, COPY, REDUCE})
-
-Access = tuple[int, int]  # (instr, instance)
-
-
-def cross_instance_waits(placement: Placement, copies: int,
-                         interleaved: bool = True) -> dict[Access, tuple[Access, ...]]:
-    """For every (instr, instance) whose positions another instance touched before it, those (instr,
-    instance)s: the last writer of a position it reads, the readers since the last write (else that
-    write) of a position it writes. Only interleaved steps of more than one chunk can overlap other
-    instances; without any (the usual case) this is empty at once."""
-    instrs = placement.dag.instrs
-    if copies == 1 or not interleaved or all(ins.cnt == 1 for ins in instrs):
-        return {}
-    # per (rank, buffer): the last writer and the readers since of every position, by position
-    positions: dict[tuple[int, str], tuple[dict[int, Access], dict[int, list[Access]]]] = {}
-
-    def of(rank: int, buf: str) -> tuple[dict[int, Access], dict[int, list[Access]]]:
-        tables = positions.get((rank, buf))
-        if tables is None:
-            tables = positions[(rank, buf)] = ({}, {})
-        return tables
-
-    # A buffer that only one-chunk steps touch has instance k's parts at positions k (mod copies) alone: no
-    # other instance touches them, so its positions are not traced.
-    wide = {(ins.rank, buf) for ins in instrs if ins.cnt > 1 for buf in (ins.src_buf, ins.dst_buf)}
-    waits: dict[Access, tuple[Access, ...]] = {}
-    for i, ins in enumerate(instrs):  # a topological order: instrs that conflict come in program order
-        kind, rank, cnt = ins.kind, ins.rank, ins.cnt
-        src, dst = (rank, ins.src_buf), (rank, ins.dst_buf)
-        reads = [(of(*src), ins.src_off * copies)] if kind in _READS_SRC and src in wide else []
-        if kind in _READS_DST and dst in wide:
-            reads.append((of(*dst), ins.dst_off * copies))
-        written = of(*dst) if kind in _WRITES_DST and dst in wide else None
-        if not reads and written is None:
-            continue
-        for k in range(copies):
-            me = (i, k)
-            found: list[Access] = []  # of other instances only (own instance: the DAG's dependencies)
-            for (last_writer, readers), base in reads:
-                first = base + k * cnt
-                for pos in range(first, first + cnt):
-                    w = last_writer.get(pos)
-                    if w is not None and w[1] != k:
-                        found.append(w)
-                    rs = readers.get(pos)
-                    if rs is None:
-                        readers[pos] = [me]
-                    else:
-                        rs.append(me)
-            if written is not None:
-                last_writer, readers = written
-                first = ins.dst_off * copies + k * cnt
-                for pos in range(first, first + cnt):
-                    rs = readers.pop(pos, None)
-                    if rs:  # write after read; those readers already follow the last write
-                        found += [a for a in rs if a[1] != k]
-                    else:
-                        w = last_writer.get(pos)
-                        if w is not None and w[1] != k:
-                            found.append(w)  # write after write
-                    last_writer[pos] = me
-            if found:
-                waits[me] = tuple(sorted(set(found)))
-    return waits
 
 
 def insert_nops(tbprog: TbProgram) -> TbProgram:
@@ -335,75 +311,72 @@ def insert_nops(tbprog: TbProgram) -> TbProgram:
     (MSCCL steps name a single dependency). Waited-on steps get hasdep."""
     gpus = []
     for tbs in tbprog.gpus:
-        deps_of = [list(map(_DEPS, tb.steps)) for tb in tbs]
-        if any(max(map(len, deps), default=0) > 1 for deps in deps_of):
+        if any(max(map(len, tb.deps), default=0) > 1 for tb in tbs):
             gpus.append(_with_nops(tbs))
             continue
         # No nop on this GPU (the usual case): every step keeps its index, only hasdep may change.
         waited: list[set[int]] = [set() for _ in tbs]  # per threadblock: its steps that others wait for
-        for deps in deps_of:
-            for t, s in chain.from_iterable(deps):
+        for tb in tbs:
+            for t, s in chain.from_iterable(tb.deps):
                 waited[t].add(s)
         new_tbs = []
         for tb, mine in zip(tbs, waited, strict=True):
-            flagged = list(compress(range(len(tb.steps)), map(_HASDEP, tb.steps)))
-            wrong = mine.symmetric_difference(flagged)  # steps whose flag must flip
+            wrong = mine.symmetric_difference(compress(range(len(tb.hasdeps)), tb.hasdeps))  # flags to flip
             if not wrong:
                 new_tbs.append(tb)
                 continue
-            steps = list(tb.steps)
+            hasdeps = list(tb.hasdeps)
             for k in wrong:
-                step = steps[k]
-                steps[k] = lstep_of_fields((*step[:7], not step.hasdep, step.line))
-            new_tbs.append(LTb(tb.send, tb.recv, tb.chan, tuple(steps)))
+                hasdeps[k] = not hasdeps[k]
+            new_tbs.append(replace(tb, hasdeps=tuple(hasdeps)))
         gpus.append(tuple(new_tbs))
     return TbProgram(tbprog.name, tbprog.collective, tbprog.proto, tbprog.inplace, tbprog.instances, tuple(gpus),
                      tbprog.sizes, tbprog.source)
 
 
-_DEPS, _HASDEP = attrgetter("deps"), attrgetter("hasdep")
-
-
 def _with_nops(tbs: tuple[LTb, ...]) -> tuple[LTb, ...]:
     """insert_nops on one GPU where some step waits on several steps."""
-    # New index of every old step, counting the nops inserted before it (None: none inserted).
+    # New index of every old step of a threadblock with nops: a step of k > 1 waits takes k - 1 nops before it
+    # (None: no nop in that threadblock, its steps keep their indices).
     new_index: list[list[int] | None] = []
     for tb in tbs:
-        if all(len(step.deps) < 2 for step in tb.steps):
-            new_index.append(None)
-            continue
-        at, index = 0, []
-        for step in tb.steps:
-            at += max(len(step.deps) - 1, 0)
-            index.append(at)
-            at += 1
-        new_index.append(index)
-
-    def moved(t: int, s: int) -> Dep:
-        index = new_index[t]
-        return (t, s) if index is None else (t, index[s])
-
+        counts = list(map(len, tb.deps))
+        new_index.append([at - 1 for at in accumulate(map(max, counts, repeat(1)))]
+                         if max(counts, default=0) > 1 else None)
     waited: list[set[int]] = [set() for _ in tbs]  # per threadblock: its steps that others wait for
     for tb in tbs:
-        for step in tb.steps:
-            for t, s in step.deps:
-                t, s = moved(t, s)
-                waited[t].add(s)
+        for t, s in chain.from_iterable(tb.deps):
+            index = new_index[t]
+            waited[t].add(s if index is None else index[s])
     new_tbs = []
     for t, tb in enumerate(tbs):
         mine = waited[t]
-        steps = []
-        for step in tb.steps:
-            deps = step.deps
+        if new_index[t] is None and all(new_index[a] is None for a, _ in chain.from_iterable(tb.deps)):
+            # no nop here and no wait for a step that moved: only hasdep may change
+            hasdeps = tuple(map(mine.__contains__, range(len(tb.types))))
+            new_tbs.append(tb if hasdeps == tb.hasdeps else replace(tb, hasdeps=hasdeps))
+            continue
+        columns: tuple[list, ...] = ([], [], [], [], [], [], [], [], [])  # type: ignore[type-arg]
+        types, srcbufs, srcoffs, dstbufs, dstoffs, cnts, deps_of, hasdeps_of, lines = columns
+        for k, deps in enumerate(tb.deps):
+            line = tb.lines[k]
             if deps:
-                deps = tuple(moved(a, b) for a, b in deps)
+                deps = tuple([(a, b) if new_index[a] is None else (a, new_index[a][b])  # type: ignore[index]
+                              for a, b in deps])
                 for dep in deps[1:]:
-                    steps.append(LStep(NOP, "i", -1, "o", -1, 0, (dep,), False, step.line))
+                    for column, value in zip(columns, (NOP, "i", -1, "o", -1, 0, (dep,), False, line), strict=True):
+                        column.append(value)
                 deps = deps[:1]
-            hasdep = len(steps) in mine
-            steps.append(step if (deps == step.deps and hasdep == step.hasdep) else
-                         lstep_of_fields((*step[:6], deps, hasdep, step.line)))
-        new_tbs.append(LTb(tb.send, tb.recv, tb.chan, tuple(steps)))
+            hasdeps_of.append(len(types) in mine)
+            types.append(tb.types[k])
+            srcbufs.append(tb.srcbufs[k])
+            srcoffs.append(tb.srcoffs[k])
+            dstbufs.append(tb.dstbufs[k])
+            dstoffs.append(tb.dstoffs[k])
+            cnts.append(tb.cnts[k])
+            deps_of.append(deps)
+            lines.append(line)
+        new_tbs.append(LTb(tb.send, tb.recv, tb.chan, *map(tuple, columns)))
     return tuple(new_tbs)
 
 
@@ -436,7 +409,12 @@ def lower_to_ir(tbprog: TbProgram) -> Algo:
     """The MSCCL-IR `Algo` (nops inserted first: every step has at most one dependency)."""
     gpus = []
     for rank, tbs in enumerate(tbprog.gpus):
-        threadblocks = [Threadblock(t, tb.send, tb.recv, tb.chan, steps_of(tb.steps)) for t, tb in enumerate(tbs)]
+        steps, at = steps_of(tbs), 0
+        threadblocks = []
+        for t, tb in enumerate(tbs):
+            n = len(tb.types)
+            threadblocks.append(Threadblock(t, tb.send, tb.recv, tb.chan, tuple(steps[at:at + n])))
+            at += n
         i_chunks, o_chunks, s_chunks = tbprog.sizes[rank]
         gpus.append(Gpu(rank, i_chunks, o_chunks, s_chunks, tuple(threadblocks)))
     meta = (("compiler", "collsynth"), ("program", tbprog.name), ("instances", str(tbprog.instances)),
@@ -445,32 +423,36 @@ def lower_to_ir(tbprog: TbProgram) -> Algo:
                 tbprog.nchunksperloop, len(gpus), tbprog.inplace, tuple(gpus), meta=meta)
 
 
-def steps_of(lsteps: tuple[LStep, ...]) -> tuple[Step, ...]:
-    """One threadblock's IR steps, made a field at a time: each field of every step is stored by one `map`
-    that runs in C (no Python call per step); one threadblock's steps stay in cache meanwhile. The same
-    steps as `step_of_fields` per step."""
-    n = len(lsteps)
+def steps_of(tbs: Sequence[LTb]) -> list[Step]:
+    """The IR steps of one GPU's threadblocks, one after another, made a field at a time from their columns: each
+    field of every step is stored by one `map` that runs in C (no Python call per step, a few per GPU: the
+    tuner's small IRs have many short threadblocks); one GPU's steps stay in cache meanwhile. The same steps as
+    `step_of_fields` per step."""
+    lengths = [len(tb.types) for tb in tbs]
+    n = sum(lengths)
     if n == 0:
-        return ()
-    types, srcbufs, srcoffs, dstbufs, dstoffs, cnts, waits, hasdeps, _ = zip(*lsteps, strict=True)
+        return []
+    waits = list(chain.from_iterable(tb.deps for tb in tbs))
     if max(map(len, waits)) > 1:
         raise ValueError("lower_to_ir needs insert_nops first: a step has several dependencies")
     # a step's first wait, or (-1, -1): its waits + ((-1, -1),), item 0; then split into depid and deps
     depids, deps = zip(*map(_FIRST, map(add, waits, repeat(_NO_WAIT, n))), strict=True)
     steps = list(map(object.__new__, repeat(Step, n)))
-    for store, column in zip(_STEP_SLOTS, (range(n), types, srcbufs, srcoffs, dstbufs, dstoffs, cnts, depids, deps,
-                                           hasdeps), strict=True):
-        deque(map(store, steps, column), maxlen=0)
-    return tuple(steps)
+
+    def column(name: str) -> Iterable[object]:
+        return chain.from_iterable(map(attrgetter(name), tbs))
+
+    for store, values in zip(_STEP_SLOTS, (chain.from_iterable(map(range, lengths)), column("types"),
+                                           column("srcbufs"), column("srcoffs"), column("dstbufs"), column("dstoffs"),
+                                           column("cnts"), depids, deps, column("hasdeps")), strict=True):
+        deque(map(store, steps, values), maxlen=0)
+    return steps
 
 
-_FIRST = itemgetter(0)
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 _NO_WAIT = ((-1, -1),)  # depid, deps of a step that waits for nothing
 
 
 def step_lines(tbprog: TbProgram) -> tuple[tuple[tuple[int, ...], ...], ...]:
     """The DSL line of every step (per GPU, per threadblock), for messages about the IR."""
-    return tuple(tuple(tuple(map(_LINE, tb.steps)) for tb in tbs) for tbs in tbprog.gpus)
-
-
-_LINE = attrgetter("line")
+    return tuple(tuple(tb.lines for tb in tbs) for tbs in tbprog.gpus)

@@ -24,6 +24,7 @@ from collsynth.core.limits import FIFO_SLOTS
 from collsynth.core.targets import Target, get_target
 from collsynth.ir import MAX_STEPS_PER_TB, Algo
 from collsynth.ir.deadlock import bounded_deadlock
+from collsynth.ir.table import forget_table
 from collsynth.language.program import Program, ProgramOptions
 
 _OPTION_NAMES = frozenset(f.name for f in fields(ProgramOptions))
@@ -75,6 +76,7 @@ def compile_program(program: Program, target: Target | str | None = None, *, aft
         if stuck is not None and pair_sends and not explicit_pairing:
             ir = build(False)  # a connection side of its own waits only for its own messages
             stuck = bounded_deadlock(ir, slots)
+        forget_table(ir)  # the checks' table of the IR (collsynth.ir.table): not kept past the compile
     if stuck is not None:
         raise CompileError(f"program {program.name!r} would hang in the runtime ({stuck}); receive from a peer "
                            f"before sending it more than {slots} messages, or compile with pair_threadblocks=False")

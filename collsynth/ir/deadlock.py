@@ -28,12 +28,12 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from operator import attrgetter
 
 import numpy as np
 
 from collsynth.core.steps import RECEIVING_TYPES, SENDING_TYPES
-from collsynth.ir import NOP, Algo, Step
+from collsynth.ir import NOP, Algo
+from collsynth.ir.table import NOP_CODE, RECEIVES, SENDS, step_table
 
 Connection = tuple[int, int, int]  # (sender rank, receiver rank, channel)
 
@@ -50,44 +50,25 @@ def bounded_deadlock(ir: Algo, capacity: int) -> str | None:
 
 # --- the decision: Kahn's algorithm over what every step waits for ----------------------------------------
 
-_type = attrgetter("type")
-
-
 def _completes(ir: Algo, capacity: int) -> bool:
     """Whether every step runs (see the module docstring). False also where the edges would not model the
     run exactly (a connection driven by two threadblocks on one side, a dependency on a threadblock that does
     not exist, published step numbers that go down): the replay then decides."""
-    lengths: list[int] = []
-    tb_gpu: list[int] = []  # per global threadblock: its gpu's first global threadblock
-    send_key: list[Connection] = []
-    recv_key: list[Connection] = []
-    steps: list[Step] = []  # one list of the existing steps: no new object per step for the collector to scan
-    for gpu in ir.gpus:
-        first = len(lengths)
-        for tb in gpu.tbs:
-            lengths.append(len(tb.steps))
-            tb_gpu.append(first)
-            send_key.append((gpu.id, tb.send, tb.chan))
-            recv_key.append((tb.recv, gpu.id, tb.chan))
-            steps.extend(tb.steps)
-    total = len(steps)
+    t = step_table(ir)  # the compiler's checks of this IR read it just before (kept), else read here
+    total = t.s.size
     if total == 0:
         return True
-    ntbs = len(lengths)
-    tb_sizes = np.asarray(lengths, dtype=np.int64)
-    tb_of = np.repeat(np.arange(ntbs), tb_sizes)
-
-    def column(name: str, dtype: type = np.int64) -> np.ndarray:
-        return np.fromiter(map(attrgetter(name), steps), dtype=dtype, count=total)
-
-    kinds = {t: (t in RECEIVING_TYPES) | 2 * (t in SENDING_TYPES) | 4 * (t == NOP) for t in set(map(_type, steps))}
-    kind = np.fromiter(map(kinds.__getitem__, map(_type, steps)), dtype=np.int8, count=total)
-    depid_a, deps_a = column("depid"), column("deps")
-    publishes = column("hasdep", bool) & ((kind & 4) == 0)  # its own `s`, when done
-    s_a = column("s")
+    gpu_ids = [gpu.id for gpu in ir.gpus]
+    tb_gid = [gpu_ids[g] for g in t.tb_gpu.tolist()]
+    send_key = list(zip(tb_gid, t.tb_send.tolist(), t.tb_chan.tolist(), strict=True))
+    recv_key = list(zip(t.tb_recv.tolist(), tb_gid, t.tb_chan.tolist(), strict=True))
+    kind = (RECEIVES[t.type] | 2 * SENDS[t.type] | 4 * (t.type == NOP_CODE)).astype(np.int8)
+    publishes = t.hasdep & ((kind & 4) == 0)  # its own `s`, when done
+    tb_of, lengths = t.step_tb, np.diff(t.tb_first).tolist()
+    tb_gpu = t.gpu_first[t.tb_gpu].tolist()  # per global threadblock: its gpu's first global threadblock
     src, dst, blocked = [np.arange(total - 1)[tb_of[:-1] == tb_of[1:]]], [], np.zeros(total, dtype=np.int64)
     dst.append(src[0] + 1)  # threadblock order
-    flags = _flag_edges(tb_of, tb_gpu, lengths, depid_a, deps_a, publishes, s_a, blocked)
+    flags = _flag_edges(tb_of, tb_gpu, lengths, t.depid, t.deps, publishes, t.s, blocked)
     if flags is None:
         return False
     messages = _message_edges(kind, tb_of, send_key, recv_key, capacity, blocked)

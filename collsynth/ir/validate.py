@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
+
 from collsynth.core.caps import CHUNKS, RANKS
 from collsynth.core.errors import CollsynthError
 from collsynth.core.steps import LOCAL_DST_TYPES, LOCAL_SRC_TYPES
@@ -33,6 +35,7 @@ from collsynth.ir import (
     Step,
     Threadblock,
 )
+from collsynth.ir.table import NOP_CODE, RECEIVES, SENDS, TYPE_CODE, step_table
 
 # The loaders' XML node table (msccl_parser.h MAX_NODES): one rank reads 1 algo + all gpu + its tb + its
 # step elements into it.
@@ -49,6 +52,10 @@ _BAD_NAME_CHARS = set('"<>&\t\n\r')
 # Per step type: is it a nop, does it read a local src range, write a local dst range, send, receive.
 _TYPE_ROLES = {kind: (kind == NOP, kind in LOCAL_SRC_TYPES, kind in LOCAL_DST_TYPES, kind in SENDING_TYPES,
                       kind in RECEIVING_TYPES) for kind in STEP_TYPES}
+
+
+LOCAL_SRC = np.array([kind in LOCAL_SRC_TYPES for kind in TYPE_CODE] + [False])  # by type code (-1: last)
+LOCAL_DST = np.array([kind in LOCAL_DST_TYPES for kind in TYPE_CODE] + [False])
 
 
 class IRError(CollsynthError):
@@ -69,9 +76,59 @@ def validate(ir: Algo, *, max_steps_per_tb: int | None = MAX_STEPS_PER_TB) -> Al
     `max_steps_per_tb`: MSCCL's default; None leaves the steps-per-threadblock limit to a runtime target's check
     (`compiler.split.target_violation`, `collsynth doctor`): target `none` has no such limit."""
     _check_algo(ir)
+    # Every step's rules at once over the IR's columns (collsynth.ir.table). Where they all hold, the checks
+    # below run without their step loops: their first failure is then the first failure of the full checks.
+    # Where one fails (or a field is no integer), the full checks run and name the first failure.
+    steps_ok = _steps_valid(ir)
     for position, gpu in enumerate(ir.gpus):
-        _check_gpu(ir, position, gpu, max_steps_per_tb)
+        _check_gpu(ir, position, gpu, max_steps_per_tb, steps_ok)
     return ir
+
+
+def _steps_valid(ir: Algo) -> bool:
+    """Whether every step passes _check_threadblock's step loop and _check_gpu's checks of waited steps (False
+    also where the table cannot be read: the step-by-step checks then decide)."""
+    try:
+        t = step_table(ir)
+    except (TypeError, ValueError, OverflowError):
+        return False
+    if t.s.size == 0:
+        return True
+    tb, kind, cnt, depid, deps = t.step_tb, t.type, t.cnt, t.depid, t.deps
+    index = t.index
+    if not (np.array_equal(t.s, index) and kind.min() >= 0 and t.srcbuf.min() >= 0 and t.dstbuf.min() >= 0):
+        return False
+    nop = kind == NOP_CODE
+    if np.any(SENDS[kind] & (t.tb_send[tb] < 0)) or np.any(RECEIVES[kind] & (t.tb_recv[tb] < 0)):
+        return False
+    if np.any(cnt > MAX_COUNT) or np.any(cnt < np.where(nop, 0, 1)) or np.any(nop & (depid < 0)):
+        return False
+    gpu = t.tb_gpu[tb]
+    sizes = np.array([(g.i_chunks, g.o_chunks, g.s_chunks) for g in ir.gpus], dtype=np.int64).reshape(-1, 3)
+    for reads, buf, off in ((LOCAL_SRC[kind], t.srcbuf, t.srcoff), (LOCAL_DST[kind], t.dstbuf, t.dstoff)):
+        if np.any(reads & ((off < 0) | (off > sizes[gpu, buf] - cnt))):
+            return False
+    waits = depid >= 0
+    if np.any(~waits & ((depid != -1) | (deps != -1))):
+        return False
+    waiting = np.flatnonzero(waits)
+    local, first = depid[waiting], t.gpu_first[gpu[waiting]]
+    if np.any(local == t.tb_id[tb[waiting]]) or np.any(local >= t.gpu_first[gpu[waiting] + 1] - first):
+        return False
+    target = first + local
+    lengths = np.diff(t.tb_first)
+    step = deps[waiting]
+    if np.any(step < 0) or np.any(step >= lengths[target]):
+        return False
+    waited = t.tb_first[target] + step
+    if np.any(nop[waited]) or not t.hasdep[waited].all():
+        return False
+    # a run of nops is followed, in its threadblock, by a step with a dependency; no threadblock ends with one
+    after_nop = np.flatnonzero(nop[:-1] & (tb[:-1] == tb[1:])) + 1
+    if np.any(~nop[after_nop] & (depid[after_nop] < 0)):
+        return False
+    ends = t.tb_first[1:][lengths > 0] - 1
+    return not nop[ends].any()
 
 
 
@@ -101,7 +158,8 @@ def _check_algo(ir: Algo) -> None:
         raise IRError(f"algo maxBytes={ir.max_bytes} is below minBytes={ir.min_bytes} (0 means no upper limit)")
 
 
-def _check_gpu(ir: Algo, position: int, gpu: Gpu, max_steps: int | None) -> None:
+def _check_gpu(ir: Algo, position: int, gpu: Gpu, max_steps: int | None, steps_ok: bool = False) -> None:
+    """The gpu's checks; `steps_ok`: its steps are known to pass theirs (_steps_valid), only the rest runs."""
     if gpu.id != position:
         raise IRError(f"gpu ids must be 0..ngpus-1 in order; found id {gpu.id} at position {position}")
     where = f"gpu {gpu.id}"
@@ -121,7 +179,7 @@ def _check_gpu(ir: Algo, position: int, gpu: Gpu, max_steps: int | None) -> None
         if tb.id != index:
             raise IRError(f"{where}: threadblock ids must be contiguous from 0; found tb {tb.id} at position "
                           f"{index}")
-        _check_threadblock(ir, gpu, tb, sizes, connections, waited, max_steps, lengths)
+        _check_threadblock(ir, gpu, tb, sizes, connections, waited, max_steps, lengths, steps_ok)
     per_channel = Counter(tb.chan for tb in gpu.tbs)
     busiest = max(per_channel, key=lambda chan: per_channel[chan], default=None)
     if busiest is not None and per_channel[busiest] > MAX_TBS_PER_CHANNEL:
@@ -140,7 +198,7 @@ def _check_gpu(ir: Algo, position: int, gpu: Gpu, max_steps: int | None) -> None
 
 def _check_threadblock(ir: Algo, gpu: Gpu, tb: Threadblock, sizes: dict[str, int],
                        connections: dict[tuple[str, int, int], int], waited: set[tuple[int, int]],
-                       max_steps: int | None, lengths: list[int]) -> None:
+                       max_steps: int | None, lengths: list[int], steps_ok: bool = False) -> None:
     where = f"gpu {gpu.id} tb {tb.id}"
     for label, peer in (("send", tb.send), ("recv", tb.recv)):
         if peer == gpu.id or not -1 <= peer < ir.ngpus:
@@ -159,6 +217,8 @@ def _check_threadblock(ir: Algo, gpu: Gpu, tb: Threadblock, sizes: dict[str, int
     if max_steps is not None and len(tb.steps) > max_steps:
         raise IRError(f"{where}: {len(tb.steps)} steps exceed the runtime limit of {max_steps} steps per "
                       "threadblock; spread the work over more threadblocks or channels")
+    if steps_ok:
+        return
     # The step types this threadblock may run (it has the peer they send to / receive from), each with its roles.
     roles: dict[str, tuple[bool, ...]] = {kind: role[:3] for kind, role in _TYPE_ROLES.items()
              if not (role[3] and tb.send < 0) and not (role[4] and tb.recv < 0)}
