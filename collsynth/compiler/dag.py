@@ -38,6 +38,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from collsynth.compiler.errors import CompileError
+from collsynth.compiler.paths import dag_depths
 from collsynth.ir import (
     COPY,
     RECV,
@@ -233,7 +234,10 @@ def depths(dag: InstrDAG, queued: bool = True, edges: Edges | None = None) -> tu
     pure critical path of the data). One forward and one backward pass. `edges`: the DAG's `edge_columns`
     when the caller has them."""
     preds, after, send_to = edges or edge_columns(dag, queued)
-    n = len(preds)
+    found = dag_depths(preds, after, send_to)
+    if found is not None:
+        return found
+    n = len(preds)  # a cycle (a broken DAG): the one-pass loops below, whose numbers the error messages show
     rdepth = [0] * n
     # (one zip walked backwards instead of three lists indexed per instr)
     for i, ps, qs, j in zip(range(n - 1, -1, -1), reversed(preds), reversed(after), reversed(send_to), strict=True):
@@ -254,6 +258,9 @@ def depths(dag: InstrDAG, queued: bool = True, edges: Edges | None = None) -> tu
 def forward_depths(dag: InstrDAG, queued: bool = True, edges: Edges | None = None) -> list[int]:
     """The depth half of `depths`."""
     preds, after, send_to = edges or edge_columns(dag, queued)
+    found = dag_depths(preds, after, send_to, backward=False)
+    if found is not None:
+        return found[0]
     n = len(preds)
     depth = [0] * n
     for i, ps, qs, j in zip(range(n), preds, after, send_to, strict=True):  # (not three lists indexed per instr)

@@ -187,12 +187,14 @@ def fuse_instructions(dag: InstrDAG) -> InstrDAG:
     same count and the same threadblock/channel hints, and the message queued before it on its
     connection must not come later than the receive (the fused step sends when it receives)."""
     instrs = dag.instrs
+    receives = _fusable_receives(instrs)
+    if not receives:  # (the usual case with manual threadblocks: a relay's receive and send carry two hints)
+        return dag
     first, targets = dependents(dag)
     depth = forward_depths(dag)
     fused: dict[int, tuple[int, str]] = {}  # receive -> (send, fused kind)
-    for j, rec in enumerate(instrs):
-        if rec.kind != RECV and rec.kind != RECV_REDUCE_COPY:
-            continue
+    for j in receives:
+        rec = instrs[j]
         for s in targets[first[j]:first[j + 1]]:
             snd = instrs[s]
             if not (snd.kind == SEND and snd.preds == (j,) and snd.src_buf == rec.dst_buf
@@ -226,6 +228,22 @@ def fuse_instructions(dag: InstrDAG) -> InstrDAG:
     if not merges:
         return dag
     return _contract(dag, merges, depth)
+
+
+def _fusable_receives(instrs: Sequence[Instr]) -> list[int]:
+    """The receives (r, rrc) that a send could fuse with, in increasing order: a send whose only dependency is
+    the receive, reading exactly the slots it wrote, with the same count and hints (fuse_instructions looks at
+    no other receive; a receive none of whose dependents passes these tests never fuses)."""
+    found: set[int] = set()
+    for snd in instrs:
+        if snd.kind == SEND and len(snd.preds) == 1:
+            j = snd.preds[0]
+            rec = instrs[j]
+            if (snd.tb_hint == rec.tb_hint and (rec.kind == RECV or rec.kind == RECV_REDUCE_COPY)
+                    and snd.src_off == rec.dst_off and snd.src_buf == rec.dst_buf and snd.cnt == rec.cnt
+                    and snd.ch_hint == rec.ch_hint):
+                found.add(j)
+    return sorted(found)
 
 
 def _unfuse_conflicts(dag: InstrDAG, fused: dict[int, tuple[int, str]]) -> None:

@@ -4,14 +4,13 @@ compiler/placement.py for how the order is used)."""
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
-from itertools import chain
 from operator import attrgetter
 
 import numpy as np
 
 from collsynth.compiler.dag import depths, edge_columns
 from collsynth.compiler.errors import CompileError
+from collsynth.compiler.paths import edge_arrays, longest_paths, out_edges
 from collsynth.compiler.placement import ChannelledDAG, Schedule
 from collsynth.core.limits import FIFO_SLOTS
 from collsynth.ir import RECEIVING_TYPES, SENDING_TYPES
@@ -29,10 +28,16 @@ def schedule(cdag: ChannelledDAG, slots: int | None = FIFO_SLOTS) -> Schedule:
     almost always ready when a scan of the priority order reaches it (see `_list_schedule`)."""
     dag = cdag.dag
     edges = edge_columns(dag)
-    preds, after, send_to = edges
     n = len(dag.instrs)
-    depth, rdepth = depths(dag, edges=edges)
-    first, succ = _successors(preds, after, send_to)
+    tails, heads, weights = edge_arrays(*edges)
+    csr = out_edges(n, tails, heads, weights)
+    first, succ = csr[0], csr[1]  # every instr's successors (dependents, next message, receive)
+    forward = longest_paths(n, tails, heads, weights, csr)
+    backward = None if forward is None else longest_paths(n, heads, tails, weights)
+    if forward is None or backward is None:  # a cycle: the one-pass depths, for the error below
+        depth, rdepth = depths(dag, edges=edges)
+    else:
+        depth, rdepth = forward.tolist(), backward.tolist()
     # The priority (depth, -rdepth, i) as one integer per instr: its rank in that order (keys are unique).
     by_rank = np.lexsort((np.arange(n), -np.asarray(rdepth, dtype=np.int64), np.asarray(depth, dtype=np.int64)))
     rank_of = np.empty(n, dtype=np.int64)
@@ -103,25 +108,6 @@ def _list_schedule(by_rank: list[int], rank: list[int], pending: list[int], star
             pending[s] = left
             if not left and passed[s]:
                 push(behind, rank[s])
-
-
-def _successors(preds: list[tuple[int, ...]], after: Sequence[tuple[int, ...]],
-                send_to: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """The DAG's edges (dependencies, queue order, send -> receive) as successor lists in CSR form: the
-    successors of instr i are succ[first[i]:first[i + 1]]."""
-    n = len(send_to)
-    heads = [np.fromiter(chain.from_iterable(preds), dtype=np.int64),
-             np.fromiter(chain.from_iterable(after), dtype=np.int64)]
-    tails = [np.repeat(np.arange(n), np.fromiter(map(len, preds), dtype=np.int64, count=n)),
-             np.repeat(np.arange(n), np.fromiter(map(len, after), dtype=np.int64, count=n))]
-    receiver = np.fromiter(send_to, dtype=np.int64, count=n)
-    sending = np.flatnonzero(receiver >= 0)
-    src = np.concatenate([*heads, sending])
-    dst = np.concatenate([*tails, receiver[sending]])
-    by_src = np.argsort(src, kind="stable")
-    first = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(src, minlength=n), out=first[1:])
-    return first, dst[by_src]
 
 
 def _connection_ids(cdag: ChannelledDAG) -> tuple[list[int], list[int], int]:
