@@ -41,9 +41,9 @@ def out_edges(n: int, tails: np.ndarray, heads: np.ndarray, weights: np.ndarray)
 
 
 def longest_paths(n: int, tails: np.ndarray, heads: np.ndarray, weights: np.ndarray,
-                  csr: tuple[np.ndarray, ...] | None = None) -> np.ndarray | None:
-    """Per node, the heaviest path that ends there (0 for a node nothing leads to); None when the edges hold a
-    cycle. Kahn's algorithm a wavefront at a time: a wavefront is every node whose predecessors are all done.
+                  csr: tuple[np.ndarray, ...] | None = None) -> np.ndarray:
+    """Per node, the heaviest path that ends there (0 for a node nothing leads to); -1 for a node on a cycle or
+    after one. Kahn's algorithm a wavefront at a time: a wavefront is every node whose predecessors are all done.
     `csr`: the edges' `out_edges` when the caller has them."""
     first, out_heads, out_weights = csr or out_edges(n, tails, heads, weights)
     waiting = np.bincount(heads, minlength=n)  # unfinished predecessors (edges) per node
@@ -70,7 +70,9 @@ def longest_paths(n: int, tails: np.ndarray, heads: np.ndarray, weights: np.ndar
         left = waiting[nodes] - np.diff(bounds, append=reached.size)
         waiting[nodes] = left
         front = nodes[left == 0]
-    return length if done == n else None
+    if done < n:
+        length[waiting > 0] = -1
+    return length
 
 
 def dag_depths(preds: Sequence[tuple[int, ...]], after: Sequence[tuple[int, ...]], send_to: Sequence[int],
@@ -80,11 +82,8 @@ def dag_depths(preds: Sequence[tuple[int, ...]], after: Sequence[tuple[int, ...]
     n = len(send_to)
     tails, heads, weights = edge_arrays(preds, after, send_to)
     depth = longest_paths(n, tails, heads, weights)
-    if depth is None:
+    if n and depth.min() < 0:
         return None
     if not backward:
         return depth.tolist(), []
-    rdepth = longest_paths(n, heads, tails, weights)
-    if rdepth is None:
-        return None
-    return depth.tolist(), rdepth.tolist()
+    return depth.tolist(), longest_paths(n, heads, tails, weights).tolist()
