@@ -4,6 +4,9 @@ and fuse_instructions (relays and reductions into rcs/rrs/rrcs); both contract t
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
+
+import numpy as np
 
 from collsynth.compiler.dag import Instr, InstrDAG, Renumbering, dependents, forward_depths, instr_of_fields
 from collsynth.compiler.errors import CompileError
@@ -187,7 +190,7 @@ def fuse_instructions(dag: InstrDAG) -> InstrDAG:
     same count and the same threadblock/channel hints, and the message queued before it on its
     connection must not come later than the receive (the fused step sends when it receives)."""
     instrs = dag.instrs
-    receives = _fusable_receives(instrs)
+    receives = _fusable_receives(dag)
     if not receives:  # (the usual case with manual threadblocks: a relay's receive and send carry two hints)
         return dag
     first, targets = dependents(dag)
@@ -230,20 +233,24 @@ def fuse_instructions(dag: InstrDAG) -> InstrDAG:
     return _contract(dag, merges, depth)
 
 
-def _fusable_receives(instrs: Sequence[Instr]) -> list[int]:
+def _fusable_receives(dag: InstrDAG) -> list[int]:
     """The receives (r, rrc) that a send could fuse with, in increasing order: a send whose only dependency is
     the receive, reading exactly the slots it wrote, with the same count and hints (fuse_instructions looks at
     no other receive; a receive none of whose dependents passes these tests never fuses)."""
-    found: set[int] = set()
-    for snd in instrs:
-        if snd.kind == SEND and len(snd.preds) == 1:
-            j = snd.preds[0]
-            rec = instrs[j]
-            if (snd.tb_hint == rec.tb_hint and (rec.kind == RECV or rec.kind == RECV_REDUCE_COPY)
-                    and snd.src_off == rec.dst_off and snd.src_buf == rec.dst_buf and snd.cnt == rec.cnt
-                    and snd.ch_hint == rec.ch_hint):
-                found.add(j)
-    return sorted(found)
+    preds = dag.column("preds")
+    n = len(preds)
+    count = np.fromiter(map(len, preds), dtype=np.int64, count=n)
+    sends = np.flatnonzero(dag.is_kind({SEND}) & (count == 1))
+    if not sends.size:
+        return []
+    only = np.fromiter(chain.from_iterable(preds), dtype=np.int64, count=int(count.sum()))[
+        (np.cumsum(count) - count)[sends]]  # each such send's one dependency
+    same = dag.is_kind({RECV, RECV_REDUCE_COPY})[only]
+    for mine, theirs in (("tb_hint", "tb_hint"), ("src_off", "dst_off"), ("cnt", "cnt"), ("ch_hint", "ch_hint")):
+        same &= dag.values(mine)[sends] == dag.values(theirs)[only]
+    instrs = dag.instrs
+    return sorted({j for s, j in zip(sends[same].tolist(), only[same].tolist(), strict=True)
+                   if instrs[s].src_buf == instrs[j].dst_buf})
 
 
 def _unfuse_conflicts(dag: InstrDAG, fused: dict[int, tuple[int, str]]) -> None:

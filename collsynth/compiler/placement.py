@@ -319,9 +319,8 @@ def _in_step_order(sched: Schedule, ranks: list[_RankTbs], tb_of: list[int]) -> 
     """The placement, each threadblock's steps in the schedule's order (a stable sort of the order by
     threadblock)."""
     dag = sched.dag
-    rank = np.fromiter(map(attrgetter("rank"), dag.instrs), dtype=np.int64, count=len(dag.instrs))
     sides = [[(t.send, t.recv, t.chan) for t in rt.tbs] for rt in ranks]
-    return _placed(sched, rank, np.asarray(tb_of, dtype=np.int64), sides)
+    return _placed(sched, dag.values("rank"), np.asarray(tb_of, dtype=np.int64), sides)
 
 
 def _placed(sched: Schedule, rank: np.ndarray, tb_of: np.ndarray, sides: list[list[tuple[int, int, int]]]) -> Placement:
@@ -347,18 +346,14 @@ def _all_hinted(sched: Schedule) -> Placement | None:
     most one send peer, one receive peer and one channel, and no two of a rank's threadblocks share a
     connection side. This is what `_place_user` builds for such hints, and they raise no error there. None
     otherwise (instr by instr then, which also words any error)."""
-    instrs = sched.dag.instrs
-    n = len(instrs)
-
-    def column(name: str) -> np.ndarray:
-        return np.fromiter(map(attrgetter(name), instrs), dtype=np.int64, count=n)
-
+    dag = sched.dag
+    n = len(dag.instrs)
+    column = dag.values
     hint = column("tb_hint")
     if not n or hint.min() < 0:
         return None
-    rank, kinds = column("rank"), list(map(attrgetter("kind"), instrs))
-    sides = {kind: (kind in SENDING_TYPES) | 2 * (kind in RECEIVING_TYPES) for kind in set(kinds)}
-    side = np.fromiter(map(sides.__getitem__, kinds), dtype=np.int64, count=n)
+    rank = column("rank")
+    side = dag.is_kind(SENDING_TYPES) | 2 * dag.is_kind(RECEIVING_TYPES)
     order = np.asarray(sched.order, dtype=np.int64)
     chan_o = np.asarray(sched.channel, dtype=np.int64)[order]
     send_o = np.where(side & 1, column("send_peer"), -1)[order]

@@ -4,7 +4,6 @@ compiler/placement.py for how the order is used)."""
 from __future__ import annotations
 
 import heapq
-from operator import attrgetter
 
 import numpy as np
 
@@ -124,16 +123,10 @@ def _list_schedule(by_rank: list[int], rank: list[int], starts: list[int], targe
 def _connection_ids(cdag: ChannelledDAG) -> tuple[list[int], list[int], int]:
     """Per instr, the number of the connection (sender rank, receiver rank, channel) it sends on and of the one
     it receives from (-1 where it does not), and how many connections there are."""
-    instrs = cdag.dag.instrs
-    n = len(instrs)
-    kinds = list(map(attrgetter("kind"), instrs))
-    codes = {kind: (kind in RECEIVING_TYPES) | 2 * (kind in SENDING_TYPES) for kind in set(kinds)}
-    code = np.fromiter(map(codes.__getitem__, kinds), dtype=np.int8, count=n)
-
-    def column(name: str) -> np.ndarray:
-        return np.fromiter(map(attrgetter(name), instrs), dtype=np.int64, count=n) + 1  # -1 (none) becomes 0
-
-    rank, send_peer, recv_peer = column("rank"), column("send_peer"), column("recv_peer")
+    dag = cdag.dag
+    n = len(dag.instrs)
+    code = dag.is_kind(RECEIVING_TYPES) | 2 * dag.is_kind(SENDING_TYPES)
+    rank, send_peer, recv_peer = (dag.values(name) + 1 for name in ("rank", "send_peer", "recv_peer"))  # -1 -> 0
     channel = np.asarray(cdag.channel, dtype=np.int64) + 1
     ranks, channels = cdag.dag.num_ranks + 1, int(channel.max(initial=0)) + 1
     sending, receiving = np.flatnonzero(code & 2), np.flatnonzero(code & 1)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from itertools import islice
 from operator import attrgetter
+from typing import Any
 
 import numpy as np
 
@@ -18,7 +19,7 @@ from collsynth.language.program import Program
 
 
 def trace_unit_copies(program: Program, base: dict[tuple[int, str], int], initial: np.ndarray,
-                      manual: bool) -> list[Instr] | None:
+                      manual: bool) -> tuple[list[Instr], dict[str, list[Any]]] | None:
     """The instrs trace_to_dag makes for `program`, or None when it is not a program of one-chunk copies out of
     place, or reads a slot nobody wrote (the loop then raises). `base`: the first slot id of every (rank,
     buffer); `initial`: per slot id, whether it holds data at the start."""
@@ -75,8 +76,14 @@ def trace_unit_copies(program: Program, base: dict[tuple[int, str], int], initia
                np.where(sending, drank[op], -1), np.where(receiving, srank[op], -1),
                np.where(receiving, recv_hint[op], send_hint[op]), channel[op], lines[op], with_preds, with_after,
                np.where(sending, k + 1, -1))
-    return list(map(instr_of_fields, zip(*(c.tolist() if isinstance(c, np.ndarray) else c for c in columns),
-                                         strict=True)))
+    lists = [c.tolist() if isinstance(c, np.ndarray) else c for c in columns]
+    kept = {name: lists[f] for f, name in enumerate(Instr._fields) if name in _KEPT}  # for InstrDAG.column
+    return list(map(instr_of_fields, zip(*lists, strict=True))), kept
+
+
+# the columns the later passes read (InstrDAG.column), kept from the tracing
+_KEPT = frozenset({"kind", "rank", "send_peer", "recv_peer", "tb_hint", "ch_hint", "cnt", "src_off", "dst_off",
+                   "preds", "after", "send_to"})
 
 
 def _hint(tb: int | None) -> int:
