@@ -330,12 +330,6 @@ def trace_to_dag(program: Program) -> InstrDAG:
     last_writer = [unwritten] * total
     for rank, buf, index in initial_slots(coll):
         last_writer[base[(rank, buf)] + index] = initial
-    from collsynth.compiler.tracing import trace_unit_copies  # (a module built on this one's Instr)
-
-    unit_copies = trace_unit_copies(program, base, np.asarray(last_writer) == initial, manual)
-    if unit_copies is not None:
-        made, columns = unit_copies
-        return InstrDAG(program.num_ranks, tuple(made), source, columns)
     readers: list[list[int] | None] = [None] * total
     ranks = program.num_ranks
     last_message: dict[int, int] = {}  # sender * ranks + receiver -> index of the last send

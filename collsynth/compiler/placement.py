@@ -134,6 +134,9 @@ _step_ref = partial(tuple.__new__, StepRef)  # a StepRef from a (tb, step) pair,
 def assign_channels(dag: InstrDAG) -> ChannelledDAG:
     """A channel per instr: hints where given, else the smallest channel on which every fused step of
     the chunk's chain pairs its receive peer with its send peer consistently (default 0)."""
+    unfused = _unfused_channels(dag)
+    if unfused is not None:
+        return ChannelledDAG(dag, unfused)
     instrs = dag.instrs
     channel = [-1] * len(instrs)
     pair_recv: dict[tuple[int, int, int], int] = {}  # (rank, recv peer, ch) -> send peer of its threadblock
@@ -182,6 +185,23 @@ def assign_channels(dag: InstrDAG) -> ChannelledDAG:
                 raise CompileError(f"internal error: transfer {ins} got no channel")
             channel[i] = ins.ch_hint  # local copy/reduce: any channel unless hinted
     return with_channels(dag, channel)
+
+
+def _unfused_channels(dag: InstrDAG) -> tuple[int, ...] | None:
+    """assign_channels by arrays for a DAG without fused steps, where no hints disagree: a send and its receive
+    take their hint (or 0), a local step its own hint (or -1, any). None otherwise (the loop words the error)."""
+    if dag.is_kind(FUSED_TYPES).any():
+        return None
+    hint, send_to = dag.values("ch_hint"), dag.values("send_to")
+    sends = np.flatnonzero(dag.is_kind({SEND}))
+    receives = send_to[sends]
+    a, b = hint[sends], hint[receives]
+    if ((a >= 0) & (b >= 0) & (a != b)).any():
+        return None
+    transfers = dag.is_kind(SENDING_TYPES | RECEIVING_TYPES)
+    channel = np.where(transfers, -1, hint)
+    channel[sends] = channel[receives] = np.maximum(np.maximum(a, b), 0)
+    return None if (channel[transfers] < 0).any() else tuple(channel.tolist())
 
 
 def with_channels(dag: InstrDAG, channels: list[int]) -> ChannelledDAG:
@@ -352,8 +372,7 @@ def _all_hinted(sched: Schedule) -> Placement | None:
     hint = column("tb_hint")
     if not n or hint.min() < 0:
         return None
-    rank = column("rank")
-    side = dag.is_kind(SENDING_TYPES) | 2 * dag.is_kind(RECEIVING_TYPES)
+    rank, side = column("rank"), dag.is_kind(SENDING_TYPES) | 2 * dag.is_kind(RECEIVING_TYPES)
     order = np.asarray(sched.order, dtype=np.int64)
     chan_o = np.asarray(sched.channel, dtype=np.int64)[order]
     send_o = np.where(side & 1, column("send_peer"), -1)[order]
@@ -381,11 +400,9 @@ def _all_hinted(sched: Schedule) -> Placement | None:
     local[by_rank] = np.arange(keys.size) - starts[tb_rank[by_rank]]
     tb_of = np.empty(n, dtype=np.int64)
     tb_of[order] = local[group]
-    made = zip(tb_rank[by_rank].tolist(), tb_send[by_rank].tolist(), tb_recv[by_rank].tolist(),
-               tb_chan[by_rank].tolist(), strict=True)
     per_rank: list[list[tuple[int, int, int]]] = [[] for _ in range(sched.dag.num_ranks)]
-    for r, send, recv, chan in made:
-        per_rank[r].append((send, recv, chan))
+    for r, *sides in zip(*(a[by_rank].tolist() for a in (tb_rank, tb_send, tb_recv, tb_chan)), strict=True):
+        per_rank[r].append(tuple(sides))  # type: ignore[arg-type]
     return _placed(sched, rank, tb_of, per_rank)
 
 
