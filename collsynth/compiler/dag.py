@@ -29,7 +29,7 @@ remaps preds / after / send_to itself.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from itertools import chain
 from operator import attrgetter
@@ -38,6 +38,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from collsynth.compiler.errors import CompileError
+from collsynth.compiler.paths import dag_depths
 from collsynth.ir import (
     COPY,
     RECV,
@@ -104,9 +105,41 @@ class InstrDAG:
     num_ranks: int
     instrs: tuple[Instr, ...]  # numbered in a topological order of all their edges
     source: str = ""  # DSL file, for messages
+    # Fields of every instr as columns, each made once (several passes read the same DAG); not part of the value
+    cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __len__(self) -> int:
         return len(self.instrs)
+
+    def column(self, name: str) -> list[Any]:
+        """One field of every instr as a list (made on the first call; do not change it)."""
+        got = self.cache.get(name)
+        if got is None:
+            got = self.cache[name] = column(self.instrs, name)
+        return got
+
+    def is_kind(self, kinds: frozenset[str] | set[str]) -> np.ndarray:
+        """Per instr, whether its kind is one of `kinds` (a bool array; the kinds as numbers are made once)."""
+        got = self.cache.get("kind codes")
+        if got is None:
+            names = self.column("kind")
+            number = {kind: k for k, kind in enumerate(sorted(set(names)))}
+            codes = np.fromiter(map(number.__getitem__, names), dtype=np.int64, count=len(names))
+            got = self.cache["kind codes"] = (codes, number)
+        codes, number = got
+        return np.isin(codes, [k for kind, k in number.items() if kind in kinds])
+
+    def values(self, name: str) -> np.ndarray:
+        """One integer field of every instr as a read-only array (made on the first call)."""
+        key = "array " + name
+        got = self.cache.get(key)
+        if got is None:
+            source = self.cache.get(name)
+            got = (np.array(source, dtype=np.int64) if source is not None else
+                   np.fromiter(map(attrgetter(name), self.instrs), dtype=np.int64, count=len(self.instrs)))
+            got.flags.writeable = False
+            self.cache[key] = got
+        return got
 
     def recv_from(self) -> list[int]:
         """The matched sending instr of each receiving instr, else -1."""
@@ -222,9 +255,8 @@ Edges = tuple[list[tuple[int, ...]], Sequence[tuple[int, ...]], list[int]]  # pr
 
 def edge_columns(dag: InstrDAG, queued: bool = True) -> Edges:
     """Every instr's preds, after (empty for all when not `queued`) and send_to, for the passes' inner loops."""
-    instrs = dag.instrs
-    after = column(instrs, "after") if queued else ((),) * len(instrs)
-    return column(instrs, "preds"), after, column(instrs, "send_to")
+    after = dag.column("after") if queued else ((),) * len(dag.instrs)
+    return dag.column("preds"), after, dag.column("send_to")
 
 
 def depths(dag: InstrDAG, queued: bool = True, edges: Edges | None = None) -> tuple[list[int], list[int]]:
@@ -233,7 +265,10 @@ def depths(dag: InstrDAG, queued: bool = True, edges: Edges | None = None) -> tu
     pure critical path of the data). One forward and one backward pass. `edges`: the DAG's `edge_columns`
     when the caller has them."""
     preds, after, send_to = edges or edge_columns(dag, queued)
-    n = len(preds)
+    found = dag_depths(preds, after, send_to)
+    if found is not None:
+        return found
+    n = len(preds)  # a cycle (a broken DAG): the one-pass loops below, whose numbers the error messages show
     rdepth = [0] * n
     # (one zip walked backwards instead of three lists indexed per instr)
     for i, ps, qs, j in zip(range(n - 1, -1, -1), reversed(preds), reversed(after), reversed(send_to), strict=True):
@@ -254,6 +289,9 @@ def depths(dag: InstrDAG, queued: bool = True, edges: Edges | None = None) -> tu
 def forward_depths(dag: InstrDAG, queued: bool = True, edges: Edges | None = None) -> list[int]:
     """The depth half of `depths`."""
     preds, after, send_to = edges or edge_columns(dag, queued)
+    found = dag_depths(preds, after, send_to, backward=False)
+    if found is not None:
+        return found[0]
     n = len(preds)
     depth = [0] * n
     for i, ps, qs, j in zip(range(n), preds, after, send_to, strict=True):  # (not three lists indexed per instr)

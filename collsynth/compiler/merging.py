@@ -4,6 +4,9 @@ and fuse_instructions (relays and reductions into rcs/rrs/rrcs); both contract t
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
+
+import numpy as np
 
 from collsynth.compiler.dag import Instr, InstrDAG, Renumbering, dependents, forward_depths, instr_of_fields
 from collsynth.compiler.errors import CompileError
@@ -187,12 +190,14 @@ def fuse_instructions(dag: InstrDAG) -> InstrDAG:
     same count and the same threadblock/channel hints, and the message queued before it on its
     connection must not come later than the receive (the fused step sends when it receives)."""
     instrs = dag.instrs
+    receives = _fusable_receives(dag)
+    if not receives:  # (the usual case with manual threadblocks: a relay's receive and send carry two hints)
+        return dag
     first, targets = dependents(dag)
     depth = forward_depths(dag)
     fused: dict[int, tuple[int, str]] = {}  # receive -> (send, fused kind)
-    for j, rec in enumerate(instrs):
-        if rec.kind != RECV and rec.kind != RECV_REDUCE_COPY:
-            continue
+    for j in receives:
+        rec = instrs[j]
         for s in targets[first[j]:first[j + 1]]:
             snd = instrs[s]
             if not (snd.kind == SEND and snd.preds == (j,) and snd.src_buf == rec.dst_buf
@@ -226,6 +231,26 @@ def fuse_instructions(dag: InstrDAG) -> InstrDAG:
     if not merges:
         return dag
     return _contract(dag, merges, depth)
+
+
+def _fusable_receives(dag: InstrDAG) -> list[int]:
+    """The receives (r, rrc) that a send could fuse with, in increasing order: a send whose only dependency is
+    the receive, reading exactly the slots it wrote, with the same count and hints (fuse_instructions looks at
+    no other receive; a receive none of whose dependents passes these tests never fuses)."""
+    preds = dag.column("preds")
+    n = len(preds)
+    count = np.fromiter(map(len, preds), dtype=np.int64, count=n)
+    sends = np.flatnonzero(dag.is_kind({SEND}) & (count == 1))
+    if not sends.size:
+        return []
+    only = np.fromiter(chain.from_iterable(preds), dtype=np.int64, count=int(count.sum()))[
+        (np.cumsum(count) - count)[sends]]  # each such send's one dependency
+    same = dag.is_kind({RECV, RECV_REDUCE_COPY})[only]
+    for mine, theirs in (("tb_hint", "tb_hint"), ("src_off", "dst_off"), ("cnt", "cnt"), ("ch_hint", "ch_hint")):
+        same &= dag.values(mine)[sends] == dag.values(theirs)[only]
+    instrs = dag.instrs
+    return sorted({j for s, j in zip(sends[same].tolist(), only[same].tolist(), strict=True)
+                   if instrs[s].src_buf == instrs[j].dst_buf})
 
 
 def _unfuse_conflicts(dag: InstrDAG, fused: dict[int, tuple[int, str]]) -> None:

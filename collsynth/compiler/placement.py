@@ -134,6 +134,9 @@ _step_ref = partial(tuple.__new__, StepRef)  # a StepRef from a (tb, step) pair,
 def assign_channels(dag: InstrDAG) -> ChannelledDAG:
     """A channel per instr: hints where given, else the smallest channel on which every fused step of
     the chunk's chain pairs its receive peer with its send peer consistently (default 0)."""
+    unfused = _unfused_channels(dag)
+    if unfused is not None:
+        return ChannelledDAG(dag, unfused)
     instrs = dag.instrs
     channel = [-1] * len(instrs)
     pair_recv: dict[tuple[int, int, int], int] = {}  # (rank, recv peer, ch) -> send peer of its threadblock
@@ -182,6 +185,23 @@ def assign_channels(dag: InstrDAG) -> ChannelledDAG:
                 raise CompileError(f"internal error: transfer {ins} got no channel")
             channel[i] = ins.ch_hint  # local copy/reduce: any channel unless hinted
     return with_channels(dag, channel)
+
+
+def _unfused_channels(dag: InstrDAG) -> tuple[int, ...] | None:
+    """assign_channels by arrays for a DAG without fused steps, where no hints disagree: a send and its receive
+    take their hint (or 0), a local step its own hint (or -1, any). None otherwise (the loop words the error)."""
+    if dag.is_kind(FUSED_TYPES).any():
+        return None
+    hint, send_to = dag.values("ch_hint"), dag.values("send_to")
+    sends = np.flatnonzero(dag.is_kind({SEND}))
+    receives = send_to[sends]
+    a, b = hint[sends], hint[receives]
+    if ((a >= 0) & (b >= 0) & (a != b)).any():
+        return None
+    transfers = dag.is_kind(SENDING_TYPES | RECEIVING_TYPES)
+    channel = np.where(transfers, -1, hint)
+    channel[sends] = channel[receives] = np.maximum(np.maximum(a, b), 0)
+    return None if (channel[transfers] < 0).any() else tuple(channel.tolist())
 
 
 def with_channels(dag: InstrDAG, channels: list[int]) -> ChannelledDAG:
@@ -259,6 +279,9 @@ def assign_threadblocks(sched: Schedule, policy: str = "auto", *, pair: bool = T
 
     # 1. manual hints: the user's threadblocks, checked for one send peer / recv peer / channel each.
     if manual:
+        placed = _all_hinted(sched)
+        if placed is not None:
+            return placed
         for i in sched.order:
             ins = instrs[i]
             if ins.tb_hint >= 0:
@@ -316,19 +339,71 @@ def _in_step_order(sched: Schedule, ranks: list[_RankTbs], tb_of: list[int]) -> 
     """The placement, each threadblock's steps in the schedule's order (a stable sort of the order by
     threadblock)."""
     dag = sched.dag
-    n = len(dag.instrs)
-    sizes = np.asarray([len(rt.tbs) for rt in ranks], dtype=np.int64)
+    sides = [[(t.send, t.recv, t.chan) for t in rt.tbs] for rt in ranks]
+    return _placed(sched, dag.values("rank"), np.asarray(tb_of, dtype=np.int64), sides)
+
+
+def _placed(sched: Schedule, rank: np.ndarray, tb_of: np.ndarray, sides: list[list[tuple[int, int, int]]]) -> Placement:
+    """The placement of instr i in threadblock tb_of[i] of its rank, each rank's threadblocks with their
+    (send, recv, chan) in `sides`, each threadblock's steps in the schedule's order."""
+    sizes = np.asarray([len(tbs) for tbs in sides], dtype=np.int64)
     first_tb = np.concatenate([[0], np.cumsum(sizes)])
     order = np.asarray(sched.order, dtype=np.int64)
-    rank = np.fromiter(map(attrgetter("rank"), dag.instrs), dtype=np.int64, count=n)
-    tb = first_tb[rank] + np.asarray(tb_of, dtype=np.int64)  # global threadblock of every instr
+    tb = first_tb[rank] + tb_of  # global threadblock of every instr
     by_tb = order[np.argsort(tb[order], kind="stable")]
     count = np.bincount(tb, minlength=int(first_tb[-1]))
     starts = np.concatenate([[0], np.cumsum(count)])
     steps, bounds = by_tb.tolist(), starts.tolist()
-    plans = tuple(tuple(TbPlan(t.send, t.recv, t.chan, tuple(steps[bounds[g]:bounds[g + 1]]))
-                        for g, t in enumerate(rt.tbs, start=int(first_tb[r]))) for r, rt in enumerate(ranks))
-    return Placement.of(dag, plans)
+    plans = tuple(tuple(TbPlan(send, recv, chan, tuple(steps[bounds[g]:bounds[g + 1]]))
+                        for g, (send, recv, chan) in enumerate(tbs, start=int(first_tb[r])))
+                  for r, tbs in enumerate(sides))
+    return Placement.of(sched.dag, plans)
+
+
+def _all_hinted(sched: Schedule) -> Placement | None:
+    """The manual placement at once, by arrays, when every instr has a threadblock hint and the hints agree:
+    each (rank, hint) is one threadblock (numbered on its rank in the order the schedule first uses it), of at
+    most one send peer, one receive peer and one channel, and no two of a rank's threadblocks share a
+    connection side. This is what `_place_user` builds for such hints, and they raise no error there. None
+    otherwise (instr by instr then, which also words any error)."""
+    dag = sched.dag
+    n = len(dag.instrs)
+    column = dag.values
+    hint = column("tb_hint")
+    if not n or hint.min() < 0:
+        return None
+    rank, side = column("rank"), dag.is_kind(SENDING_TYPES) | 2 * dag.is_kind(RECEIVING_TYPES)
+    order = np.asarray(sched.order, dtype=np.int64)
+    chan_o = np.asarray(sched.channel, dtype=np.int64)[order]
+    send_o = np.where(side & 1, column("send_peer"), -1)[order]
+    recv_o = np.where(side & 2, column("recv_peer"), -1)[order]
+    keys, first, group = np.unique(rank[order] * (int(hint.max()) + 1) + hint[order], return_index=True,
+                                   return_inverse=True)
+    group = group.reshape(-1)
+    tb_chan = np.maximum(chan_o[first], 0)
+    tb_send, tb_recv = np.full(keys.size, -1, dtype=np.int64), np.full(keys.size, -1, dtype=np.int64)
+    np.maximum.at(tb_send, group, send_o)
+    np.maximum.at(tb_recv, group, recv_o)
+    agree = ((chan_o < 0) | (chan_o == tb_chan[group])) & ((send_o < 0) | (send_o == tb_send[group])) & (
+        (recv_o < 0) | (recv_o == tb_recv[group]))
+    if not agree.all():
+        return None
+    tb_rank = rank[order[first]]
+    for peer in (tb_send, tb_recv):  # one threadblock per connection side
+        used = np.flatnonzero(peer >= 0)
+        ends = (tb_rank[used] * (sched.dag.num_ranks + 1) + peer[used]) * (int(tb_chan.max()) + 1) + tb_chan[used]
+        if np.unique(ends).size != used.size:
+            return None
+    by_rank = np.lexsort((first, tb_rank))  # a rank's threadblocks in the order of their first step
+    local = np.empty(keys.size, dtype=np.int64)
+    starts = np.searchsorted(tb_rank[by_rank], np.arange(sched.dag.num_ranks))
+    local[by_rank] = np.arange(keys.size) - starts[tb_rank[by_rank]]
+    tb_of = np.empty(n, dtype=np.int64)
+    tb_of[order] = local[group]
+    per_rank: list[list[tuple[int, int, int]]] = [[] for _ in range(sched.dag.num_ranks)]
+    for r, *sides in zip(*(a[by_rank].tolist() for a in (tb_rank, tb_send, tb_recv, tb_chan)), strict=True):
+        per_rank[r].append(tuple(sides))  # type: ignore[arg-type]
+    return _placed(sched, rank, tb_of, per_rank)
 
 
 def _place_user(dag: InstrDAG, rt: _RankTbs, i: int, ch: int) -> int:

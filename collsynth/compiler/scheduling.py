@@ -4,14 +4,12 @@ compiler/placement.py for how the order is used)."""
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
-from itertools import chain
-from operator import attrgetter
 
 import numpy as np
 
-from collsynth.compiler.dag import depths, edge_columns
+from collsynth.compiler.dag import edge_columns
 from collsynth.compiler.errors import CompileError
+from collsynth.compiler.paths import edge_arrays, longest_paths, out_edges
 from collsynth.compiler.placement import ChannelledDAG, Schedule
 from collsynth.core.limits import FIFO_SLOTS
 from collsynth.ir import RECEIVING_TYPES, SENDING_TYPES
@@ -29,33 +27,43 @@ def schedule(cdag: ChannelledDAG, slots: int | None = FIFO_SLOTS) -> Schedule:
     almost always ready when a scan of the priority order reaches it (see `_list_schedule`)."""
     dag = cdag.dag
     edges = edge_columns(dag)
-    preds, after, send_to = edges
     n = len(dag.instrs)
-    depth, rdepth = depths(dag, edges=edges)
-    first, succ = _successors(preds, after, send_to)
+    tails, heads, weights = edge_arrays(*edges)
+    csr = out_edges(n, tails, heads, weights)
+    first, succ = csr[0], csr[1]  # every instr's successors (dependents, next message, receive)
+    depth = longest_paths(n, tails, heads, weights, csr)
+    if n and depth.min() < 0:  # (only a broken pass makes one) Kahn's order stops at the cycle's first instr
+        stuck = int(np.flatnonzero(depth < 0)[0])
+        raise CompileError(f"{dag.where(stuck)}internal error: the instruction DAG has a cycle at {dag.instrs[stuck]}")
+    rdepth = longest_paths(n, heads, tails, weights)
     # The priority (depth, -rdepth, i) as one integer per instr: its rank in that order (keys are unique).
-    by_rank = np.lexsort((np.arange(n), -np.asarray(rdepth, dtype=np.int64), np.asarray(depth, dtype=np.int64)))
+    by_rank = np.lexsort((np.arange(n), -rdepth, depth))
     rank_of = np.empty(n, dtype=np.int64)
     rank_of[by_rank] = np.arange(n)
+    if not (rank_of[tails] < rank_of[heads]).all():
+        raise CompileError("internal error: an edge of the instruction DAG goes down in the schedule's priority")
     send_conn, recv_conn, nconn = _connection_ids(cdag)
-    pending = np.bincount(succ, minlength=n).tolist()
-    order = _list_schedule(by_rank.tolist(), rank_of.tolist(), pending, first.tolist(), succ.tolist(), send_conn,
+    order = _list_schedule(by_rank.tolist(), rank_of.tolist(), first.tolist(), succ.tolist(), send_conn,
                            recv_conn, [n + 1 if slots is None else slots] * nconn)
-    if len(order) < n:
-        stuck = next(i for i in range(n) if pending[i] > 0)
-        raise CompileError(f"{dag.where(stuck)}internal error: the instruction DAG has a cycle at {dag.instrs[stuck]}")
     return Schedule(dag, tuple(order), cdag.channel)
 
 
-def _list_schedule(by_rank: list[int], rank: list[int], pending: list[int], starts: list[int], targets: list[int],
+def _list_schedule(by_rank: list[int], rank: list[int], starts: list[int], targets: list[int],
                    send_conn: list[int], recv_conn: list[int], room: list[int]) -> list[int]:
     """The list schedule of `schedule`. The ready instrs are not all kept in a heap: since every edge goes up in
     priority, a scan of the priority order meets most of them when they are the best; only an instr the scan
     passed before it was ready (it waited, or a send parked on a full connection) goes into the heap `behind`,
-    and the best of the scan's next ready instr and the heap's top goes next. `room`: free slots per connection;
-    `pending`: unfinished predecessors per instr (both updated in place)."""
+    and the best of the scan's next ready instr and the heap's top goes next. `room`: free slots per connection
+    (updated in place).
+
+    Since every edge goes up, an instr's predecessors were all scanned before it, and those not done then are
+    the ones `late`: the scan passed them while they waited, or they were parked. So only a late instr counts in
+    its successors' `blocked` (and a scanned instr is ready when its count is 0): an instr done when the scan
+    reaches it, the usual case, never looks at its successors."""
     n = len(by_rank)
     passed = [False] * n  # the scan went past it while it waited for a predecessor
+    late = [False] * n  # scanned and not done at once: its successors count it in `blocked` until it is done
+    blocked = [0] * n  # per instr, its late predecessors not yet done (an edge counts once per edge)
     behind: list[int] = []  # ranks of ready instrs the scan already passed, a heap
     parked: dict[int, list[int]] = {}  # ready sends of a full connection (priority ranks), a heap each
     push, pop = heapq.heappush, heapq.heappop
@@ -67,9 +75,11 @@ def _list_schedule(by_rank: list[int], rank: list[int], pending: list[int], star
         i = -1
         while at < n:  # the scan skips (and marks) instrs still waiting; i: the first ready one, by_rank[at]
             i = by_rank[at]
-            if pending[i] <= 0:
+            if not blocked[i]:
                 break
-            passed[i] = True
+            passed[i] = late[i] = True
+            for s in targets[starts[i]:starts[i + 1]]:
+                blocked[s] += 1
             at += 1
         if behind and (at == n or behind[0] < at):
             i = by_rank[pop(behind)]
@@ -86,6 +96,10 @@ def _list_schedule(by_rank: list[int], rank: list[int], pending: list[int], star
         sent = send_conn[i]
         if sent >= 0 and room[sent] <= 0 and not forced:
             push(parked.setdefault(sent, []), rank[i])
+            if not late[i]:
+                late[i] = True
+                for s in targets[starts[i]:starts[i + 1]]:
+                    blocked[s] += 1
             continue
         done(i)
         received = recv_conn[i]
@@ -98,45 +112,21 @@ def _list_schedule(by_rank: list[int], rank: list[int], pending: list[int], star
                     del parked[received]
         if sent >= 0:
             room[sent] -= 1
-        for s in targets[starts[i]:starts[i + 1]]:
-            left = pending[s] - 1
-            pending[s] = left
-            if not left and passed[s]:
-                push(behind, rank[s])
-
-
-def _successors(preds: list[tuple[int, ...]], after: Sequence[tuple[int, ...]],
-                send_to: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """The DAG's edges (dependencies, queue order, send -> receive) as successor lists in CSR form: the
-    successors of instr i are succ[first[i]:first[i + 1]]."""
-    n = len(send_to)
-    heads = [np.fromiter(chain.from_iterable(preds), dtype=np.int64),
-             np.fromiter(chain.from_iterable(after), dtype=np.int64)]
-    tails = [np.repeat(np.arange(n), np.fromiter(map(len, preds), dtype=np.int64, count=n)),
-             np.repeat(np.arange(n), np.fromiter(map(len, after), dtype=np.int64, count=n))]
-    receiver = np.fromiter(send_to, dtype=np.int64, count=n)
-    sending = np.flatnonzero(receiver >= 0)
-    src = np.concatenate([*heads, sending])
-    dst = np.concatenate([*tails, receiver[sending]])
-    by_src = np.argsort(src, kind="stable")
-    first = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(src, minlength=n), out=first[1:])
-    return first, dst[by_src]
+        if late[i]:
+            for s in targets[starts[i]:starts[i + 1]]:
+                left = blocked[s] - 1
+                blocked[s] = left
+                if not left and passed[s]:
+                    push(behind, rank[s])
 
 
 def _connection_ids(cdag: ChannelledDAG) -> tuple[list[int], list[int], int]:
     """Per instr, the number of the connection (sender rank, receiver rank, channel) it sends on and of the one
     it receives from (-1 where it does not), and how many connections there are."""
-    instrs = cdag.dag.instrs
-    n = len(instrs)
-    kinds = list(map(attrgetter("kind"), instrs))
-    codes = {kind: (kind in RECEIVING_TYPES) | 2 * (kind in SENDING_TYPES) for kind in set(kinds)}
-    code = np.fromiter(map(codes.__getitem__, kinds), dtype=np.int8, count=n)
-
-    def column(name: str) -> np.ndarray:
-        return np.fromiter(map(attrgetter(name), instrs), dtype=np.int64, count=n) + 1  # -1 (none) becomes 0
-
-    rank, send_peer, recv_peer = column("rank"), column("send_peer"), column("recv_peer")
+    dag = cdag.dag
+    n = len(dag.instrs)
+    code = dag.is_kind(RECEIVING_TYPES) | 2 * dag.is_kind(SENDING_TYPES)
+    rank, send_peer, recv_peer = (dag.values(name) + 1 for name in ("rank", "send_peer", "recv_peer"))  # -1 -> 0
     channel = np.asarray(cdag.channel, dtype=np.int64) + 1
     ranks, channels = cdag.dag.num_ranks + 1, int(channel.max(initial=0)) + 1
     sending, receiving = np.flatnonzero(code & 2), np.flatnonzero(code & 1)

@@ -1,0 +1,89 @@
+"""The instruction DAG's edges as int arrays, and its longest paths computed over them a wavefront at a time
+(numpy), instead of one Python step per instr: at 1024 ranks a DAG has millions of instrs but only a few hundred
+wavefronts (the most edges on any path), so each numpy call does a wavefront's work at once.
+
+An edge is (tail, head, weight): a same-rank dependency p -> i and a send -> its receive weigh 1, a queue edge
+(the previous message of a connection) weighs 0 (see compiler/dag.py, `depths`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import chain
+
+import numpy as np
+
+
+def edge_arrays(preds: Sequence[tuple[int, ...]], after: Sequence[tuple[int, ...]],
+                send_to: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every edge of the DAG as (tails, heads, weights): the dependencies, then the queue edges, then the
+    send -> receive edges (each group in increasing head, then tail, order as the columns hold them)."""
+    n = len(send_to)
+    dep_tails = np.fromiter(chain.from_iterable(preds), dtype=np.int64)
+    queue_tails = np.fromiter(chain.from_iterable(after), dtype=np.int64)
+    dep_heads = np.repeat(np.arange(n), np.fromiter(map(len, preds), dtype=np.int64, count=n))
+    queue_heads = np.repeat(np.arange(n), np.fromiter(map(len, after), dtype=np.int64, count=n))
+    receiver = np.fromiter(send_to, dtype=np.int64, count=n)
+    sending = np.flatnonzero(receiver >= 0)
+    tails = np.concatenate([dep_tails, queue_tails, sending])
+    heads = np.concatenate([dep_heads, queue_heads, receiver[sending]])
+    weights = np.concatenate([np.ones(dep_tails.size, dtype=np.int64), np.zeros(queue_tails.size, dtype=np.int64),
+                              np.ones(sending.size, dtype=np.int64)])
+    return tails, heads, weights
+
+
+def out_edges(n: int, tails: np.ndarray, heads: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The edges by tail in CSR form (first, heads, weights): the edges out of node v are first[v]:first[v + 1],
+    in the order the arrays hold them."""
+    by_tail = np.argsort(tails, kind="stable")
+    first = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(tails, minlength=n), out=first[1:])
+    return first, heads[by_tail], weights[by_tail]
+
+
+def longest_paths(n: int, tails: np.ndarray, heads: np.ndarray, weights: np.ndarray,
+                  csr: tuple[np.ndarray, ...] | None = None) -> np.ndarray:
+    """Per node, the heaviest path that ends there (0 for a node nothing leads to); -1 for a node on a cycle or
+    after one. Kahn's algorithm a wavefront at a time: a wavefront is every node whose predecessors are all done.
+    `csr`: the edges' `out_edges` when the caller has them."""
+    first, out_heads, out_weights = csr or out_edges(n, tails, heads, weights)
+    waiting = np.bincount(heads, minlength=n)  # unfinished predecessors (edges) per node
+    length = np.zeros(n, dtype=np.int64)
+    front = np.flatnonzero(waiting == 0)
+    done = 0
+    while front.size:
+        done += front.size
+        starts = first[front]
+        counts = first[front + 1] - starts
+        total = int(counts.sum())
+        if not total:
+            break
+        # the out-edges of the wavefront: its nodes' CSR ranges, concatenated
+        offsets = np.cumsum(counts) - counts
+        edges = np.repeat(starts - offsets, counts) + np.arange(total)
+        reached = out_heads[edges]
+        proposed = np.repeat(length[front], counts) + out_weights[edges]
+        by_node = np.argsort(reached, kind="stable")
+        reached, proposed = reached[by_node], proposed[by_node]
+        bounds = np.flatnonzero(np.diff(reached, prepend=-1))
+        nodes = reached[bounds]
+        length[nodes] = np.maximum(length[nodes], np.maximum.reduceat(proposed, bounds))
+        left = waiting[nodes] - np.diff(bounds, append=reached.size)
+        waiting[nodes] = left
+        front = nodes[left == 0]
+    if done < n:
+        length[waiting > 0] = -1
+    return length
+
+
+def dag_depths(preds: Sequence[tuple[int, ...]], after: Sequence[tuple[int, ...]], send_to: Sequence[int],
+               backward: bool = True) -> tuple[list[int], list[int]] | None:
+    """The depth and reverse depth of every instr (see compiler/dag.py `depths`; reverse depths only when
+    `backward`, else an empty list), or None when the edges hold a cycle."""
+    n = len(send_to)
+    tails, heads, weights = edge_arrays(preds, after, send_to)
+    depth = longest_paths(n, tails, heads, weights)
+    if n and depth.min() < 0:
+        return None
+    if not backward:
+        return depth.tolist(), []
+    return depth.tolist(), longest_paths(n, heads, tails, weights).tolist()
