@@ -1,12 +1,13 @@
 """`Algorithm.to_json()`'s text (indent=1), produced piece by piece: the same bytes without the whole document.
 
 `json.dumps(..., indent=1)` runs json's pure-Python encoder over `to_dict()`, which makes a list per send: for a
-1024-rank AllToAll (16.8M sends) that is several GB of small objects before the ~1.7 GB text. Here the small
-head and tail (name, topology, collective, provenance) still come from `json.dumps(indent=1)`, and the sends go
-out a bounded batch at a time: each batch's values are encoded by json's C encoder (used when there is no
-indent; numbers, strings, NaN and null are spelled exactly as the indenting encoder spells them), with a NUL
-byte as separator -- a character the encoder always escapes inside strings -- that is then replaced by the
-indentation `indent=1` puts between the values and rows.
+1024-rank AllToAll (16.8M sends) that is several GB of small objects before the ~1.7 GB text. Here the other
+values (name, topology, collective, provenance) come from the same indenting encoder a bounded piece at a time
+(a 1024-rank AllToAll's collective alone is ~2M placement rows), and the sends go out a bounded batch at a
+time: each batch's values are encoded by json's C encoder (used when there is no indent; numbers, strings, NaN
+and null are spelled exactly as the indenting encoder spells them), with a NUL byte as separator -- a character
+the encoder always escapes inside strings -- that is then replaced by the indentation `indent=1` puts between
+the values and rows.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class Algorithm(Protocol):
 BATCH_SENDS = 1 << 14  # sends encoded at a time: bounds the temporary rows and text (a few MB)
 
 _flat = json.JSONEncoder(separators=("\0", ":")).encode  # C encoder: no indent
-_STEPS_KEY = '\n "steps": []'
+_INDENTED = json.JSONEncoder(indent=1)  # json.dumps(..., indent=1)'s encoder
 # indent=1 layout: steps at depth 2, a step's keys at 3, a send's row at 4, its values at 5
 _ROW_START = "    [\n     "
 _ROW_END = "\n    ]"
@@ -88,29 +89,44 @@ def _sends_text(sends: Sequence[Send], batch: int) -> Iterator[str]:
 
 def iter_algorithm_json(algorithm: Algorithm, batch: int = BATCH_SENDS) -> Iterator[str]:
     """Pieces whose concatenation is `algorithm.to_json()` (indent=1), byte for byte; at most `batch` sends
-    are encoded at a time."""
-    head, tail = _head_and_tail(algorithm)
-    yield head
+    are encoded at a time, and the other values (a large collective's placements too) a bounded piece at a time."""
+    doc = algorithm.to_dict(steps=False)
+    yield "{"
+    for k, (key, value) in enumerate(doc.items()):
+        yield ("," if k else "") + "\n " + json.dumps(key) + ": "
+        if key == "steps":
+            yield from _steps_text(algorithm, batch)
+        else:
+            yield from _value_text(value)
+    yield "\n}"
+
+
+def _steps_text(algorithm: Algorithm, batch: int) -> Iterator[str]:
     if not algorithm.steps:
         yield "[]"
-    else:
-        yield "[\n"
-        for t, step in enumerate(algorithm.steps):
-            yield (",\n  {" if t else "  {") + f'\n   "rounds": {_flat(step.rounds)},\n   "sends": '
-            yield from _sends_text(step.sends, batch)
-            yield "\n  }"
-        yield "\n ]"
-    yield tail
+        return
+    yield "[\n"
+    for t, step in enumerate(algorithm.steps):
+        yield (",\n  {" if t else "  {") + f'\n   "rounds": {_flat(step.rounds)},\n   "sends": '
+        yield from _sends_text(step.sends, batch)
+        yield "\n  }"
+    yield "\n ]"
 
 
-def _head_and_tail(algorithm: Algorithm) -> tuple[str, str]:
-    """The document's text before and after the value of "steps"."""
-    text = json.dumps(algorithm.to_dict(steps=False), indent=1)
-    # the top-level key is the only match: strings have no raw newline, deeper keys are indented further
-    if text.count(_STEPS_KEY) != 1:
-        raise AssertionError("algorithm document without exactly one top-level \"steps\"")
-    head, tail = text.split(_STEPS_KEY)
-    return head + _STEPS_KEY[:-2], tail
+def _value_text(value: Any, piece_chars: int = 1 << 20) -> Iterator[str]:
+    """`value` as indent=1 writes it one level deep (as the value of a top-level key), in pieces of about
+    `piece_chars`: the indenting encoder's text of `value` alone, with one more space after every newline (it
+    writes newlines only as indentation; strings escape theirs), without ever holding the whole text."""
+    pending: list[str] = []
+    size = 0
+    for piece in _INDENTED.iterencode(value):
+        pending.append(piece)
+        size += len(piece)
+        if size >= piece_chars:
+            yield "".join(pending).replace("\n", "\n ")
+            pending, size = [], 0
+    if pending:
+        yield "".join(pending).replace("\n", "\n ")
 
 
 def write_algorithm_json(algorithm: Algorithm, path: str | os.PathLike[str]) -> Path:

@@ -1,5 +1,6 @@
 """The streaming algorithm writer (schedule/algorithm_json.py) writes `to_json()`'s bytes, atomically."""
 
+import json
 import os
 
 import pytest
@@ -11,7 +12,7 @@ from collsynth.collectives import make_collective
 from collsynth.core.enums import Op
 from collsynth.core.files import OutputError
 from collsynth.schedule import Algorithm, Send, Step, algorithm_json
-from collsynth.schedule.algorithm_json import iter_algorithm_json
+from collsynth.schedule.algorithm_json import _value_text, iter_algorithm_json
 from collsynth.topologies import ring
 
 N = 4
@@ -34,6 +35,22 @@ def test_streamed_text_is_to_json(name, xs, prov, batch):
     # batches smaller than a step: the joins between batches are exercised too
     assert "".join(iter_algorithm_json(algorithm, batch)) == algorithm.to_json()
     assert "".join(iter_algorithm_json(algorithm)) == algorithm.to_json()
+
+
+json_values = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=6)),
+                           lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                   st.dictionaries(st.text(max_size=4), inner, max_size=4)),
+                           max_leaves=20)
+
+
+@given(value=json_values, piece_chars=st.integers(1, 40))
+@settings(max_examples=300, deadline=None)
+def test_a_value_streamed_in_pieces_is_its_indented_text_one_level_deep(value, piece_chars):
+    # the joins between pieces fall anywhere (even inside a string with an escaped newline), and a top-level key's
+    # value is the value's own indent=1 text with one more space after each newline
+    pieces = list(_value_text(value, piece_chars))
+    assert "".join(pieces) == json.dumps(value, indent=1).replace("\n", "\n ")
+    assert all(len(piece) < piece_chars + 100 for piece in pieces[:-1])
 
 
 def ring_allgather(n: int) -> Algorithm:
