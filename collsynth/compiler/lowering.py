@@ -51,6 +51,7 @@ from collsynth.ir import (
     Threadblock,
     coll_spelling,
 )
+from collsynth.ir.table import STEP_FIELDS, GpuColumns, keep_table, table_of
 from collsynth.language.buffers import INPUT, OUTPUT
 from collsynth.language.program import Program, buffer_size
 
@@ -406,10 +407,14 @@ def step_of_fields(s: int, type: str, srcbuf: str, srcoff: int, dstbuf: str, dst
 
 
 def lower_to_ir(tbprog: TbProgram) -> Algo:
-    """The MSCCL-IR `Algo` (nops inserted first: every step has at most one dependency)."""
-    gpus = []
+    """The MSCCL-IR `Algo` (nops inserted first: every step has at most one dependency). The IR's step table
+    (collsynth.ir.table, for the checks that follow) is made here from the same columns the steps are made from,
+    and kept with the IR; where a column holds a value the table refuses (not an integer), it is not kept, and
+    the checks read the IR's steps themselves, as for any IR."""
+    gpus, gpu_columns = [], []
     for rank, tbs in enumerate(tbprog.gpus):
-        steps, at = steps_of(tbs), 0
+        columns = _gpu_columns(tbs)
+        steps, at = _steps_of_columns(columns), 0
         threadblocks = []
         for t, tb in enumerate(tbs):
             n = len(tb.types)
@@ -417,36 +422,65 @@ def lower_to_ir(tbprog: TbProgram) -> Algo:
             at += n
         i_chunks, o_chunks, s_chunks = tbprog.sizes[rank]
         gpus.append(Gpu(rank, i_chunks, o_chunks, s_chunks, tuple(threadblocks)))
+        gpu_columns.append(columns)
     meta = (("compiler", "collsynth"), ("program", tbprog.name), ("instances", str(tbprog.instances)),
             ("collective", json.dumps(tbprog.collective.to_dict(), separators=(",", ":"))))
-    return Algo(tbprog.name, coll_spelling(tbprog.collective.name), tbprog.proto, tbprog.nchannels,
-                tbprog.nchunksperloop, len(gpus), tbprog.inplace, tuple(gpus), meta=meta)
+    ir = Algo(tbprog.name, coll_spelling(tbprog.collective.name), tbprog.proto, tbprog.nchannels,
+              tbprog.nchunksperloop, len(gpus), tbprog.inplace, tuple(gpus), meta=meta)
+    try:
+        table = table_of(len(gpus), map(_table_columns, tbprog.gpus, gpu_columns))
+    except (TypeError, ValueError, OverflowError):  # as step_table(ir) would raise: no table kept
+        return ir
+    keep_table(ir, table)
+    return ir
 
 
-def steps_of(tbs: Sequence[LTb]) -> list[Step]:
+# One GPU's steps as columns: (threadblocks, their step counts, STEP_FIELDS -> that field of every step in
+# (tb, step) order, materialized only where it is computed here: depid and deps).
+_GpuColumns = tuple[Sequence[LTb], list[int], dict[str, Callable[[], Iterable[object]]]]
+
+
+def _gpu_columns(tbs: Sequence[LTb]) -> _GpuColumns:
+    lengths = [len(tb.types) for tb in tbs]
+    n = sum(lengths)
+    waits = list(chain.from_iterable(tb.deps for tb in tbs))
+    if n and max(map(len, waits)) > 1:
+        raise ValueError("lower_to_ir needs insert_nops first: a step has several dependencies")
+    # a step's first wait, or (-1, -1): its waits + ((-1, -1),), item 0; then split into depid and deps
+    depids, deps = zip(*map(_FIRST, map(add, waits, repeat(_NO_WAIT, n))), strict=True) if n else ((), ())
+
+    def column(name: str) -> Callable[[], Iterable[object]]:
+        return lambda: chain.from_iterable(map(attrgetter(name), tbs))
+
+    return tbs, lengths, {
+        "s": lambda: chain.from_iterable(map(range, lengths)), "type": column("types"), "srcbuf": column("srcbufs"),
+        "srcoff": column("srcoffs"), "dstbuf": column("dstbufs"), "dstoff": column("dstoffs"), "cnt": column("cnts"),
+        "depid": lambda: depids, "deps": lambda: deps, "hasdep": column("hasdeps")}
+
+
+def _table_columns(tbs: Sequence[LTb], columns: _GpuColumns) -> GpuColumns:
+    """A GPU's columns for `table_of`: each field's values as `_steps_of_columns` stores them into its Steps (so
+    the table equals the one `step_table` reads back from those Steps; tests/compiler checks it)."""
+    _, lengths, fields_of = columns
+    rows = [(t, tb.send, tb.recv, tb.chan, n) for t, (tb, n) in enumerate(zip(tbs, lengths, strict=True))]
+    return rows, {name: fields_of[name]() for name in STEP_FIELDS}, sum(lengths)
+
+
+def _steps_of_columns(columns: _GpuColumns) -> list[Step]:
     """The IR steps of one GPU's threadblocks, one after another, made a field at a time from their columns: each
     field of every step is stored by one `map` that runs in C (no Python call per step, a few per GPU: the
     tuner's small IRs have many short threadblocks); one GPU's steps stay in cache meanwhile. The same steps as
     `step_of_fields` per step."""
-    lengths = [len(tb.types) for tb in tbs]
-    n = sum(lengths)
-    if n == 0:
-        return []
-    waits = list(chain.from_iterable(tb.deps for tb in tbs))
-    if max(map(len, waits)) > 1:
-        raise ValueError("lower_to_ir needs insert_nops first: a step has several dependencies")
-    # a step's first wait, or (-1, -1): its waits + ((-1, -1),), item 0; then split into depid and deps
-    depids, deps = zip(*map(_FIRST, map(add, waits, repeat(_NO_WAIT, n))), strict=True)
-    steps = list(map(object.__new__, repeat(Step, n)))
-
-    def column(name: str) -> Iterable[object]:
-        return chain.from_iterable(map(attrgetter(name), tbs))
-
-    for store, values in zip(_STEP_SLOTS, (chain.from_iterable(map(range, lengths)), column("types"),
-                                           column("srcbufs"), column("srcoffs"), column("dstbufs"), column("dstoffs"),
-                                           column("cnts"), depids, deps, column("hasdeps")), strict=True):
-        deque(map(store, steps, values), maxlen=0)
+    _, lengths, fields_of = columns
+    steps = list(map(object.__new__, repeat(Step, sum(lengths))))
+    for store, name in zip(_STEP_SLOTS, STEP_FIELDS, strict=True):
+        deque(map(store, steps, fields_of[name]()), maxlen=0)
     return steps
+
+
+def steps_of(tbs: Sequence[LTb]) -> list[Step]:
+    """The IR steps of one GPU's threadblocks, one after another (see `_steps_of_columns`)."""
+    return _steps_of_columns(_gpu_columns(tbs))
 
 
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)

@@ -14,13 +14,14 @@ checks step by step. A type or buffer name that is not an MSCCL one gets code -1
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import attrgetter, index
 
 import numpy as np
 
-from collsynth.ir import BUFFERS, NOP, RECEIVING_TYPES, SENDING_TYPES, STEP_TYPES, Algo
+from collsynth.ir import BUFFERS, NOP, RECEIVING_TYPES, SENDING_TYPES, STEP_TYPES, Algo, Gpu
 
 TYPE_CODE = {kind: code for code, kind in enumerate(STEP_TYPES)}  # a step type's code: its place in STEP_TYPES
 BUFFER_CODE = {buf: code for code, buf in enumerate(BUFFERS)}
@@ -78,38 +79,60 @@ def forget_table(ir: Algo) -> None:
     _tables.pop(id(ir), None)
 
 
+def keep_table(ir: Algo, table: StepTable) -> None:
+    """Keep `table` as `ir`'s (lower_to_ir: the table it made from the columns it made the IR's steps from), until
+    `forget_table(ir)` or the IR's end."""
+    _tables[id(ir)] = table
+    weakref.finalize(ir, _tables.pop, id(ir), None)
+
+
+STEP_FIELDS = ("s", "type", "srcbuf", "srcoff", "dstbuf", "dstoff", "cnt", "depid", "deps", "hasdep")
+TbRow = tuple[int, int, int, int, int]  # a threadblock's id, send, recv, chan and step count
+GpuColumns = tuple[Sequence[TbRow], Mapping[str, Iterable[object]], int]  # tbs, STEP_FIELDS -> values, step count
+
+
 def _ints(values: object, count: int) -> np.ndarray:
     return np.fromiter(map(index, values), dtype=np.int64, count=count)  # type: ignore[call-overload]
 
 
 def _read(ir: Algo) -> StepTable:
-    tbs = [(g, tb) for g, gpu in enumerate(ir.gpus) for tb in gpu.tbs]
-    ntbs = len(tbs)
-    gpu_first = np.zeros(len(ir.gpus) + 1, dtype=np.int64)
-    np.cumsum([len(gpu.tbs) for gpu in ir.gpus], out=gpu_first[1:])
-    lengths = np.fromiter((len(tb.steps) for _, tb in tbs), dtype=np.int64, count=ntbs)
+    def gpu_columns(gpu: Gpu) -> GpuColumns:
+        steps = list(chain.from_iterable(tb.steps for tb in gpu.tbs))
+        return ([(tb.id, tb.send, tb.recv, tb.chan, len(tb.steps)) for tb in gpu.tbs],
+                {name: map(attrgetter(name), steps) for name in STEP_FIELDS}, len(steps))
+
+    return table_of(len(ir.gpus), map(gpu_columns, ir.gpus))
+
+
+def table_of(ngpus: int, gpus: Iterable[GpuColumns]) -> StepTable:
+    """The table of `ngpus` GPUs' columns, made (lazily) a GPU at a time: its steps' fields, each an iterable in
+    (tb, step) order, stay in cache while they are read. `_read` gives it the fields of an IR's Steps; lower_to_ir
+    gives it the very values it stored into those Steps' fields (the same table, made without reading them back)."""
+    tb_rows: list[TbRow] = []
+    tb_count = np.zeros(ngpus, dtype=np.int64)
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in STEP_FIELDS}
+    for g, (rows, columns, n) in enumerate(gpus):
+        tb_rows.extend(rows)
+        tb_count[g] = len(rows)
+        for name in STEP_FIELDS:
+            values = columns[name]
+            if name in ("type", "srcbuf", "dstbuf"):
+                code: dict[object, int] = TYPE_CODE if name == "type" else BUFFER_CODE  # type: ignore[assignment]
+                parts[name].append(np.fromiter(map(code.get, values, repeat(-1)), dtype=np.int8, count=n))
+            elif name == "hasdep":
+                parts[name].append(np.fromiter(values, dtype=bool, count=n))  # type: ignore[call-overload]
+            else:
+                parts[name].append(_ints(values, n))
+    col = {name: np.concatenate(arrays) if arrays else np.empty(0, dtype=np.int8 if name in ("type", "srcbuf",
+           "dstbuf") else bool if name == "hasdep" else np.int64) for name, arrays in parts.items()}
+    ntbs = len(tb_rows)
+    gpu_first = np.zeros(ngpus + 1, dtype=np.int64)
+    np.cumsum(tb_count, out=gpu_first[1:])
+    lengths = _ints((row[4] for row in tb_rows), ntbs)
     tb_first = np.zeros(ntbs + 1, dtype=np.int64)
     np.cumsum(lengths, out=tb_first[1:])
-    n = int(tb_first[-1])
-    ints = {name: np.empty(n, dtype=np.int64) for name in ("s", "srcoff", "dstoff", "cnt", "depid", "deps")}
-    codes = {name: np.empty(n, dtype=np.int8) for name in ("type", "srcbuf", "dstbuf")}
-    hasdep = np.empty(n, dtype=bool)
-    at = 0
-    for gpu in ir.gpus:  # a GPU at a time: its steps stay in cache while every field is read
-        steps = list(chain.from_iterable(tb.steps for tb in gpu.tbs))
-        end = at + len(steps)
-        for name, column in ints.items():
-            column[at:end] = _ints(map(attrgetter(name), steps), len(steps))
-        for name, code_column in codes.items():
-            code = TYPE_CODE if name == "type" else BUFFER_CODE
-            code_column[at:end] = np.fromiter(map(code.get, map(attrgetter(name), steps), repeat(-1)), dtype=np.int8,
-                                         count=len(steps))
-        hasdep[at:end] = np.fromiter(map(attrgetter("hasdep"), steps), dtype=bool, count=len(steps))
-        at = end
     return StepTable(
-        gpu_first=gpu_first, tb_gpu=np.repeat(np.arange(len(ir.gpus)), np.diff(gpu_first)),
-        tb_id=_ints((tb.id for _, tb in tbs), ntbs), tb_send=_ints((tb.send for _, tb in tbs), ntbs),
-        tb_recv=_ints((tb.recv for _, tb in tbs), ntbs), tb_chan=_ints((tb.chan for _, tb in tbs), ntbs),
-        tb_first=tb_first, step_tb=np.repeat(np.arange(ntbs), lengths),
-        s=ints["s"], type=codes["type"], srcbuf=codes["srcbuf"], srcoff=ints["srcoff"], dstbuf=codes["dstbuf"],
-        dstoff=ints["dstoff"], cnt=ints["cnt"], depid=ints["depid"], deps=ints["deps"], hasdep=hasdep)
+        gpu_first=gpu_first, tb_gpu=np.repeat(np.arange(ngpus), tb_count),
+        tb_id=_ints((row[0] for row in tb_rows), ntbs), tb_send=_ints((row[1] for row in tb_rows), ntbs),
+        tb_recv=_ints((row[2] for row in tb_rows), ntbs), tb_chan=_ints((row[3] for row in tb_rows), ntbs),
+        tb_first=tb_first, step_tb=np.repeat(np.arange(ntbs), lengths), **col)
