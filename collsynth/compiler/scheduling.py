@@ -29,9 +29,7 @@ def schedule(cdag: ChannelledDAG, slots: int | None = FIFO_SLOTS) -> Schedule:
     edges = edge_columns(dag)
     n = len(dag.instrs)
     tails, heads, weights = edge_arrays(*edges)
-    csr = out_edges(n, tails, heads, weights)
-    first, succ = csr[0], csr[1]  # every instr's successors (dependents, next message, receive)
-    depth = longest_paths(n, tails, heads, weights, csr)
+    depth = longest_paths(n, tails, heads, weights)
     if n and depth.min() < 0:  # (only a broken pass makes one) Kahn's order stops at the cycle's first instr
         stuck = int(np.flatnonzero(depth < 0)[0])
         raise CompileError(f"{dag.where(stuck)}internal error: the instruction DAG has a cycle at {dag.instrs[stuck]}")
@@ -42,52 +40,53 @@ def schedule(cdag: ChannelledDAG, slots: int | None = FIFO_SLOTS) -> Schedule:
     rank_of[by_rank] = np.arange(n)
     if not (rank_of[tails] < rank_of[heads]).all():
         raise CompileError("internal error: an edge of the instruction DAG goes down in the schedule's priority")
+    # The list scheduler works on priority ranks (instr by_rank[p] is p there), so the heaps hold what it indexes.
+    first, succ, _ = out_edges(n, rank_of[tails], rank_of[heads], weights)
     send_conn, recv_conn, nconn = _connection_ids(cdag)
-    order = _list_schedule(by_rank.tolist(), rank_of.tolist(), first.tolist(), succ.tolist(), send_conn,
-                           recv_conn, [n + 1 if slots is None else slots] * nconn)
+    order = _list_schedule(first.tolist(), succ.tolist(), send_conn[by_rank].tolist(), recv_conn[by_rank].tolist(),
+                           [n + 1 if slots is None else slots] * nconn)
+    order = by_rank[np.array(order, dtype=np.int64)].tolist() if n else []
     return Schedule(dag, tuple(order), cdag.channel)
 
 
-def _list_schedule(by_rank: list[int], rank: list[int], starts: list[int], targets: list[int],
-                   send_conn: list[int], recv_conn: list[int], room: list[int]) -> list[int]:
-    """The list schedule of `schedule`. The ready instrs are not all kept in a heap: since every edge goes up in
-    priority, a scan of the priority order meets most of them when they are the best; only an instr the scan
-    passed before it was ready (it waited, or a send parked on a full connection) goes into the heap `behind`,
-    and the best of the scan's next ready instr and the heap's top goes next. `room`: free slots per connection
-    (updated in place).
+def _list_schedule(starts: list[int], targets: list[int], send_conn: list[int], recv_conn: list[int],
+                   room: list[int]) -> list[int]:
+    """The list schedule of `schedule`, over priority ranks (0 the best; the successors of rank p are
+    targets[starts[p]:starts[p + 1]], each a higher rank), as ranks. The ready instrs are not all kept in a heap:
+    since every edge goes up in priority, a scan of the priority order meets most of them when they are the best;
+    only an instr the scan passed before it was ready (it waited, or a send parked on a full connection) goes into
+    the heap `behind`, and the best of the scan's next ready instr and the heap's top goes next. `room`: free slots
+    per connection (updated in place).
 
     Since every edge goes up, an instr's predecessors were all scanned before it, and those not done then are
     the ones `late`: the scan passed them while they waited, or they were parked. So only a late instr counts in
     its successors' `blocked` (and a scanned instr is ready when its count is 0): an instr done when the scan
     reaches it, the usual case, never looks at its successors."""
-    n = len(by_rank)
+    n = len(send_conn)
     passed = [False] * n  # the scan went past it while it waited for a predecessor
     late = [False] * n  # scanned and not done at once: its successors count it in `blocked` until it is done
     blocked = [0] * n  # per instr, its late predecessors not yet done (an edge counts once per edge)
-    behind: list[int] = []  # ranks of ready instrs the scan already passed, a heap
-    parked: dict[int, list[int]] = {}  # ready sends of a full connection (priority ranks), a heap each
+    behind: list[int] = []  # ready instrs the scan already passed, a heap
+    parked: dict[int, list[int]] = {}  # ready sends of a full connection, a heap each
     push, pop = heapq.heappush, heapq.heappop
     order: list[int] = []
     done = order.append
-    at = 0  # the scan: every instr of rank >= at that is ready is in no heap
+    at = 0  # the scan: every instr from `at` on that is ready is in no heap
     while True:
         forced = False
-        i = -1
-        while at < n:  # the scan skips (and marks) instrs still waiting; i: the first ready one, by_rank[at]
-            i = by_rank[at]
-            if not blocked[i]:
-                break
-            passed[i] = late[i] = True
-            for s in targets[starts[i]:starts[i + 1]]:
+        while at < n and blocked[at]:  # the scan skips (and marks) instrs still waiting
+            passed[at] = late[at] = True
+            for s in targets[starts[at]:starts[at + 1]]:
                 blocked[s] += 1
             at += 1
         if behind and (at == n or behind[0] < at):
-            i = by_rank[pop(behind)]
+            i = pop(behind)
         elif at < n:
+            i = at
             at += 1
         elif parked:  # every ready instr sends on a full connection: no order within the slots exists from here
             sent = min(parked, key=lambda c: parked[c][0])
-            i = by_rank[pop(parked[sent])]
+            i = pop(parked[sent])
             if not parked[sent]:
                 del parked[sent]
             forced = True
@@ -95,7 +94,7 @@ def _list_schedule(by_rank: list[int], rank: list[int], starts: list[int], targe
             return order
         sent = send_conn[i]
         if sent >= 0 and room[sent] <= 0 and not forced:
-            push(parked.setdefault(sent, []), rank[i])
+            push(parked.setdefault(sent, []), i)
             if not late[i]:
                 late[i] = True
                 for s in targets[starts[i]:starts[i + 1]]:
@@ -105,11 +104,12 @@ def _list_schedule(by_rank: list[int], rank: list[int], starts: list[int], targe
         received = recv_conn[i]
         if received >= 0:
             room[received] += 1
-            waiting = parked.get(received)
-            if waiting:  # one slot freed: the best send parked on it gets another look
-                push(behind, pop(waiting))
-                if not waiting:
-                    del parked[received]
+            if parked:
+                waiting = parked.get(received)
+                if waiting:  # one slot freed: the best send parked on it gets another look
+                    push(behind, pop(waiting))
+                    if not waiting:
+                        del parked[received]
         if sent >= 0:
             room[sent] -= 1
         if late[i]:
@@ -117,10 +117,10 @@ def _list_schedule(by_rank: list[int], rank: list[int], starts: list[int], targe
                 left = blocked[s] - 1
                 blocked[s] = left
                 if not left and passed[s]:
-                    push(behind, rank[s])
+                    push(behind, s)
 
 
-def _connection_ids(cdag: ChannelledDAG) -> tuple[list[int], list[int], int]:
+def _connection_ids(cdag: ChannelledDAG) -> tuple[np.ndarray, np.ndarray, int]:
     """Per instr, the number of the connection (sender rank, receiver rank, channel) it sends on and of the one
     it receives from (-1 where it does not), and how many connections there are."""
     dag = cdag.dag
@@ -135,4 +135,4 @@ def _connection_ids(cdag: ChannelledDAG) -> tuple[list[int], list[int], int]:
     unique, number = np.unique(keys, return_inverse=True)
     sends, recvs = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
     sends[sending], recvs[receiving] = number[:sending.size], number[sending.size:]
-    return sends.tolist(), recvs.tolist(), int(unique.size)
+    return sends, recvs, int(unique.size)
