@@ -146,9 +146,12 @@ def test_signals_keep_finished_work_and_leave_nothing_behind(tmp_path: Path, sig
     db_path = tmp_path / "c.sqlite"
     marker = f"COLLSYNTH_TEST_{uuid.uuid4().hex}"
     collsynth = Path(sys.executable).parent / "collsynth"
+    # Its own session, so that a build that outlives the test is ended with its workers (a hung build killed alone
+    # leaves workers holding its pipes, and busy); faulthandler, so that such a build shows where it was.
     build = subprocess.Popen(
         [str(collsynth), "catalog", "build", str(plan.path), "--db", str(db_path), "--jobs", "2"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, marker: "1"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env={**os.environ, marker: "1", "PYTHONFAULTHANDLER": "1"},
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # a background shell ignores SIGINT
     try:
         if moment == "start":  # the database exists: the worker pool is starting
@@ -158,10 +161,17 @@ def test_signals_keep_finished_work_and_leave_nothing_behind(tmp_path: Path, sig
         assert build.poll() is None, build.communicate()
         done_before = finished_items(db_path)
         build.send_signal(signum)
-        _, stderr = build.communicate(timeout=60)
+        try:
+            _, stderr = build.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            build.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
+            time.sleep(2)
+            os.killpg(build.pid, signal.SIGKILL)
+            _, stderr = build.communicate()
+            raise AssertionError(f"the build was still running 60 s after the signal; its stacks:\n{stderr}")
     finally:
         if build.poll() is None:
-            build.kill()
+            os.killpg(build.pid, signal.SIGKILL)
             build.communicate()
     assert build.returncode == 130, stderr
     assert stderr.strip().splitlines()[-1:] == ["interrupted"], stderr
