@@ -24,15 +24,18 @@ best. Simulated times are exact (the simulator's model); the stage costs are CPU
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import math
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+Progress = Callable[[str], None] | None  # told each finished stage of a long run (a line)
 SIZES = [1 << (10 + 2 * i) for i in range(11)]  # 1 KB .. 1 GB
 PROTOCOLS = ("Simple", "LL128", "LL")
 LIBRARY = {"allreduce": ("hierarchical_allreduce",), "alltoall": ("three_step_alltoall", "two_step_alltoall"),
@@ -57,15 +60,21 @@ def _improve(best: list[tuple[float, str]], name: str, ir: Any, topo: Any) -> No
                 best[i] = (t, f"{name} {proto}")
 
 
-def _side(named_irs: list[tuple[str, Any]], topo: Any, failures: list[str]) -> list[tuple[float, str]]:
+def _side(named_irs: list[tuple[str, Any]], topo: Any, failures: list[str],
+          progress: Progress = None) -> list[tuple[float, str]]:
     from collsynth.core.errors import CollsynthError
 
     best = [(math.inf, "")] * len(SIZES)
     for name, ir in named_irs:
+        began = time.process_time()
         try:
             _improve(best, name, ir, topo)
         except CollsynthError as exc:  # e.g. a compiled IR the simulator finds deadlocked: reported, not timed
             failures.append(f"{name}: {str(exc)[:160]}")
+        if progress is not None:
+            wins = [_size(size) for size, (_, who) in zip(SIZES, best, strict=True) if who.startswith(f"{name} ")]
+            progress(f"simulated {name} ({time.process_time() - began:.1f} s CPU): best at "
+                     f"{', '.join(wins) or 'no size'}")
     return best
 
 
@@ -99,7 +108,7 @@ def compare(topology: str, collective: str, merges: tuple[str, ...], sources: li
             target: str, lowering_modes: tuple[str, ...] = ("coalesced",),
             plans: tuple[str, ...] | None = None, sides: tuple[str, ...] = ("ours", "library"),
             option_sets: tuple[str, ...] = ("default", "unfused"),
-            library: tuple[str, ...] | None = None) -> dict[str, Any]:
+            library: tuple[str, ...] | None = None, progress: Progress = None) -> dict[str, Any]:
     from collsynth.algorithms.registry import build
     from collsynth.collectives import make_collective
     from collsynth.compiler.pipeline import compile_program
@@ -114,6 +123,8 @@ def compare(topology: str, collective: str, merges: tuple[str, ...], sources: li
         result = hierarchical(topo, make_collective(collective, topo.num_ranks, 1), 1 << 20, sources=sources)
         algorithms = [a for a in result.algorithms if plans is None or a.provenance["plan"] in plans
                       or f"{a.provenance['plan']}-{a.provenance['rail_source']}" in plans]
+        if progress is not None:
+            progress(f"synthesized {len(algorithms)} candidates ({time.process_time() - began:.1f} s CPU)")
     inplace = collective == "allreduce"
     synth_s = time.process_time() - began
     began = time.process_time()
@@ -130,14 +141,18 @@ def compare(topology: str, collective: str, merges: tuple[str, ...], sources: li
             if program is None:
                 continue
             ours.append((name, compile_program(program, target, **opts)))
+            if progress is not None:
+                progress(f"compiled {name} ({time.process_time() - began:.1f} s CPU so far)")
         except CollsynthError as exc:  # e.g. more threadblocks per channel than MSCCL runs
             failures.append(f"{name}: {str(exc)[:160]}")
+            if progress is not None:
+                progress(f"not compiled {name}: {str(exc)[:160]}")
     extra = {"inplace": True} if inplace else {}
     lib = [(name, compile_program(build(name, topo, num_nodes=topo.num_machines, **extra), target))
            for name in LIBRARY[collective] if "library" in sides and (library is None or name in library)]
     compile_s = time.process_time() - began
     began = time.process_time()
-    mine, theirs = _side(ours, topo, failures), _side(lib, topo, failures)
+    mine, theirs = _side(ours, topo, failures, progress), _side(lib, topo, failures, progress)
     return {"topology": topology, "collective": collective, "ours": mine, "library": theirs, "synth_s": synth_s,
             "compile_s": compile_s, "sim_s": time.process_time() - began, "candidates": len(algorithms),
             "failures": failures}
@@ -160,6 +175,10 @@ def table(row: dict[str, Any]) -> Table:
         ratio = f"{t / u:.3f}" if u and math.isfinite(t * u) else "-"
         out.add_row(_size(size), f"{t:.1f}", f"{u:.1f}", ratio, who, lib)
     return out
+
+
+def _say(console: Console, what: str, line: str) -> None:
+    console.print(f"[dim]{what}: {line}[/dim]", soft_wrap=True)
 
 
 def main() -> None:
@@ -188,7 +207,8 @@ def main() -> None:
                           tuple(args.lowering or ("coalesced",)),
                           tuple(args.plans.split(",")) if args.plans else None,
                           tuple(args.side or ("ours", "library")), tuple(args.options.split(",")),
-                          tuple(args.library) if args.library else None)
+                          tuple(args.library) if args.library else None,
+                          functools.partial(_say, console, f"{topology} {collective}"))
             console.print(table(row))
             for failure in row["failures"]:
                 console.print(f"not timed: {failure}", soft_wrap=True)
