@@ -5,20 +5,20 @@
                                         [--merge contiguous --merge stage --merge transpose-sender]
                                         [--plans gateway,node-rail]
 
-For each (topology, collective): every candidate of `collsynth.synth.cluster.hierarchical` with the given
-phase sources (`--plans`: only these plans), lowered with `lower_composition` (`lower_to_program` with a
-link's contiguous transfers coalesced into one op; `--lowering per-chunk` adds `lower_to_program` as it is),
-in place for AllReduce as the library's `inplace=True` form, in each --merge mode (`transpose-sender` /
-`transpose-receiver`: the gateway composition through `lower_gateway`, one message per GPU and node pair;
-other plans skip them), compiled with the default options and with instruction fusion and threadblock
-pairing off (two knobs `collsynth tune` searches); and the library's multi-node programs
-(`hierarchical_allreduce`, `two_step_alltoall`, `three_step_alltoall`). Both sides are compiled for
-`--target`'s runtime (split to its loader limits; `none`: no limits) and simulated at 1 KB..1 GB (x4) under
-the Simple, LL128 and LL protocols. A side's time at a size is its best (candidate x merge x protocol); the
-table prints both sides, the ratio and the winning candidate. A candidate is simulated size by size with
-`stop_at` = its side's best so far at that size: a run proved slower stops early, which changes no side's
-best. Simulated times are exact (the simulator's model); the stage costs are CPU seconds
-(`time.process_time`), which the machine's load inflates less than wall time.
+For each (topology, collective): every candidate of `collsynth.synth.cluster.hierarchical` with the given phase
+sources (`--plans`: only these plans), lowered with `lower_composition` (`lower_to_program` with a link's
+contiguous transfers coalesced into one op; `--lowering per-chunk` adds `lower_to_program` as it is), in place for
+AllReduce as the library's `inplace=True` form, in each --merge mode (`transpose-sender` / `transpose-receiver`:
+the gateway composition through `lower_gateway`, one message per GPU and node pair; other plans skip them),
+compiled with the default options and with instruction fusion and threadblock pairing off (two knobs `collsynth
+tune` searches); and the library's multi-node programs (`hierarchical_allreduce`, `two_step_alltoall`,
+`three_step_alltoall`), with the same option sets. Both sides are compiled for `--target`'s runtime (split to its
+loader limits; `none`: no limits) and simulated at 1 KB..1 GB (x4) under the Simple, LL128 and LL protocols. A
+side's time at a size is its best (candidate x merge x options x protocol); the table prints both sides, the ratio
+and the winning candidate. A candidate is simulated size by size with `stop_at` = its side's best so far at that
+size: a run proved slower stops early, which changes no side's best. Simulated times are exact (the simulator's
+model); the stage costs are CPU seconds (`time.process_time`), which the machine's load inflates less than wall
+time.
 """
 
 from __future__ import annotations
@@ -148,8 +148,19 @@ def compare(topology: str, collective: str, merges: tuple[str, ...], sources: li
             if progress is not None:
                 progress(f"not compiled {name}: {str(exc)[:160]}")
     extra = {"inplace": True} if inplace else {}
-    lib = [(name, compile_program(build(name, topo, num_nodes=topo.num_machines, **extra), target))
-           for name in LIBRARY[collective] if "library" in sides and (library is None or name in library)]
+    lib = []  # compiled with the same option sets as the compositions: both sides get the same search
+    for name in LIBRARY[collective]:
+        if "library" not in sides or (library is not None and name not in library):
+            continue
+        program = build(name, topo, num_nodes=topo.num_machines, **extra)
+        for opts in options:
+            label = f"{name}{'/unfused' if opts else ''}"
+            try:
+                lib.append((label, compile_program(program, target, **opts)))
+            except CollsynthError as exc:
+                failures.append(f"{label}: {str(exc)[:160]}")
+            if progress is not None:
+                progress(f"compiled {label} ({time.process_time() - began:.1f} s CPU so far)")
     compile_s = time.process_time() - began
     began = time.process_time()
     mine, theirs = _side(ours, topo, failures, progress), _side(lib, topo, failures, progress)
