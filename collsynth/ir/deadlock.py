@@ -167,6 +167,7 @@ def unreached(total: int, src: np.ndarray, dst: np.ndarray, blocked: np.ndarray 
     first = np.zeros(total + 1, dtype=np.int64)
     np.cumsum(np.bincount(src, minlength=total), out=first[1:])
     ready = np.flatnonzero(indegree == 0)
+    stamp = np.empty(total, dtype=np.int64)  # scratch for removing repeats from a level without sorting it
     while ready.size:
         starts, counts = first[ready], first[ready + 1] - first[ready]
         ends = np.cumsum(counts)
@@ -175,7 +176,10 @@ def unreached(total: int, src: np.ndarray, dst: np.ndarray, blocked: np.ndarray 
         picked = np.arange(int(ends[-1])) - np.repeat(ends - counts - starts, counts)
         targets = succ[picked]
         np.subtract.at(indegree, targets, 1)
-        ready = np.unique(targets[indegree[targets] == 0])
+        hit = targets[indegree[targets] == 0]  # a node with several predecessors in this level comes several times
+        at = np.arange(hit.size)
+        stamp[hit] = at  # a repeated node keeps one of its places (whichever): that one alone passes below
+        ready = hit[stamp[hit] == at]
     return indegree
 
 
