@@ -15,7 +15,7 @@ import numpy as np
 
 from collsynth.compiler.errors import CompileError
 from collsynth.ir import MAX_CHANNELS, MAX_COUNT, MAX_STEPS_PER_TB, NOP, RECEIVING_TYPES, SENDING_TYPES, Algo, Step
-from collsynth.ir.deadlock import unreached
+from collsynth.ir.deadlock import completes, unreached
 from collsynth.ir.table import RECEIVES, SENDS, StepTable, step_table
 from collsynth.language.program import where
 
@@ -23,16 +23,18 @@ Lines = Sequence[Sequence[Sequence[int]]]  # per gpu, per threadblock, per step:
 
 
 def check_ir(ir: Algo, lines: Lines | None = None, *, order: bool = True, source: str = "",
-             max_steps: int | None = MAX_STEPS_PER_TB) -> Algo:
+             max_steps: int | None = MAX_STEPS_PER_TB, slots: int | None = None) -> Algo:
     """Return the IR unchanged, or raise CompileError naming the limit or rule, where, and the DSL line.
-    `max_steps`: steps per threadblock (MSCCL's default; None when a target's own limit is checked later)."""
+    `max_steps`: steps per threadblock (MSCCL's default; None when a target's own limit is checked later).
+    `slots`: the runtime's messages per connection, where the caller checks next that the IR runs with that many
+    (collsynth.ir.deadlock): the order check then decides that first, and the answer is kept for the caller."""
 
     def at(g: int, t: int, s: int) -> str:
         line = lines[g][t][s] if lines is not None else 0
         return where(line, source)
 
     _check_limits(ir, at, max_steps)
-    if order and not _in_order(ir):  # the step-by-step checks name the first problem
+    if order and not _in_order(ir, slots):  # the step-by-step checks name the first problem
         connections = _connections(ir)
         _check_connections(connections, at)
         _check_cycles(ir, at, connections)
@@ -76,11 +78,12 @@ def _table(ir: Algo) -> StepTable | None:
         return None
 
 
-def _in_order(ir: Algo) -> bool:
+def _in_order(ir: Algo, slots: int | None = None) -> bool:
     """Whether the order checks below pass, all steps at once over the IR's table: every connection (sender,
     receiver, channel) has one sending and one receiving threadblock, its k-th send and k-th receive have one
     count, and all steps are reached by Kahn's algorithm over threadblock order, waits and send -> receive.
-    False where any of that fails or a wait names no step: the step-by-step checks then decide and name it."""
+    False where any of that fails or a wait names no step: the step-by-step checks then decide and name it.
+    With `slots`, the last part is decided by the deadlock check's graph where that reaches every step (below)."""
     t = _table(ir)
     if t is None:
         return False
@@ -116,6 +119,13 @@ def _in_order(ir: Algo) -> bool:
     target, step = first + local, t.deps[waiting]
     if np.any(step < 0) or np.any(step >= lengths[target]):
         return False
+    # The deadlock check's graph (collsynth.ir.deadlock) has this threadblock order and these send -> receive pairs
+    # (the k-th of each connection; one threadblock per side, checked above); for a wait of step w for step d of
+    # threadblock D, an edge p -> w from D's first publishing step p with s >= d (none: w never runs, so not every
+    # step is reached). With every `s` its step's index, p is d or after it: d -> ... -> p -> w. So each edge below
+    # is a path there, and when that graph reaches every step (no cycle), this one has no cycle either.
+    if slots is not None and np.array_equal(t.s, t.index) and completes(ir, slots):
+        return True
     in_order = np.flatnonzero(t.step_tb[:-1] == t.step_tb[1:])
     src = np.concatenate([in_order, t.tb_first[target] + step, sends])
     dst = np.concatenate([in_order + 1, waiting, recvs])

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import chain
-from operator import attrgetter
 
 import numpy as np
 
@@ -49,7 +48,7 @@ def insert_dependencies(placement: Placement) -> Dependencies:
     """Each step waits for the last step it depends on in every other threadblock of its rank."""
     instrs, tb, step = placement.dag.instrs, placement.tb_of, placement.step_of
     n = len(instrs)
-    preds = list(map(attrgetter("preds"), instrs))
+    preds = placement.dag.column("preds")  # made once per DAG (the scheduling passes read it too)
     count = np.fromiter(map(len, preds), dtype=np.int64, count=n)
     heads = np.fromiter(chain.from_iterable(preds), dtype=np.int64, count=int(count.sum()))
     # The usual case, for all instrs at once: one dependency, which runs in another threadblock.
@@ -89,6 +88,14 @@ def prune_dependencies(dependencies: Dependencies) -> Dependencies:
             waited: dict[int, int] = {}
             kept_waits: list[Waits] = []
             for step_waits in tb_waits:
+                if len(step_waits) == 1:  # the usual case: kept, or covered (dropped)
+                    ((t, s),) = step_waits
+                    if waited.get(t, -1) < s:
+                        waited[t] = s
+                        kept_waits.append(step_waits)
+                    else:
+                        kept_waits.append(())
+                    continue
                 if not step_waits:
                     kept_waits.append(step_waits)
                     continue

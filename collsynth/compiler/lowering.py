@@ -172,8 +172,10 @@ def replicate_instances(dependencies: Dependencies, program: Program) -> TbProgr
         layout.update((name, ("s", base[name], size)) for name, size in scratch.items())
         layouts.append(layout)
         scratch_sizes.append(at)
-    # One instance: every step's fields, one column each over all instrs (gathered per threadblock).
-    columns = _ir_columns(instrs, layouts) if copies == 1 else ()
+    # One instance, every buffer at 0 of its IR buffer (the usual case): only the names change, the same on every rank
+    names = {buf: ir for layout in layouts for buf, (ir, _, _) in layout.items()}
+    if any(start for layout in layouts for _, start, _ in layout.values()):  # a rank has two scratch buffers
+        names = {}
     gpus = []
     for rank, (tbs, rank_waits) in enumerate(zip(placement.tbs, dependencies.waits, strict=True)):
         # Threadblocks are numbered by (send, recv, chan), then by their order in the placement: number them
@@ -187,7 +189,7 @@ def replicate_instances(dependencies: Dependencies, program: Program) -> TbProgr
         if copies == 1:  # the usual case: every step as it is, on its buffer's IR buffer
             renumber = None if new_id == list(range(len(new_id))) else new_id
             for t, (tb, tb_waits) in enumerate(zip(tbs, rank_waits, strict=True)):
-                made[new_id[t]] = _one_instance(tb, tb_waits, columns, renumber)
+                made[new_id[t]] = _one_instance(tb, tb_waits, instrs, names or layouts[rank], renumber)
             gpus.append(tuple(made))
             continue
         for t, (tb, tb_waits) in enumerate(zip(tbs, rank_waits, strict=True)):
@@ -201,54 +203,34 @@ def replicate_instances(dependencies: Dependencies, program: Program) -> TbProgr
                      tuple(gpus), gpu_sizes, placement.dag.source)
 
 
-Columns = tuple[tuple, ...]  # type: ignore[type-arg]
-
-
-def _ir_columns(instrs: tuple[Instr, ...], layouts: list[dict[str, tuple[str, int, int]]]) -> Columns:
-    """With one instance, every instr's step fields, one tuple each over all instrs: type, srcbuf, srcoff, dstbuf,
-    dstoff, cnt, line (IR buffer names; a scratch buffer's offsets moved to its place in "s" of its rank)."""
-    if not instrs:
-        return ((),) * 7
-    kinds, ranks, src_bufs, src_offs, dst_bufs, dst_offs, cnts = zip(*map(_INSTR_FIELDS, instrs), strict=True)
-    lines = tuple(map(itemgetter(_INSTR_LINE), instrs))
-    if any(start for layout in layouts for _, start, _ in layout.values()):  # a rank has two scratch buffers
-        where = {(rank, buf): ir for rank, layout in enumerate(layouts) for buf, ir in layout.items()}
-        src = tuple(map(where.__getitem__, zip(ranks, src_bufs, strict=True)))
-        dst = tuple(map(where.__getitem__, zip(ranks, dst_bufs, strict=True)))
-        src_offs = tuple(map(add, map(_START, src), src_offs))
-        dst_offs = tuple(map(add, map(_START, dst), dst_offs))
-        src_bufs, dst_bufs = tuple(map(_IR_BUF, src)), tuple(map(_IR_BUF, dst))
-    else:  # every buffer starts at 0: only the names change (the same on every rank)
-        names = {buf: ir for layout in layouts for buf, (ir, _, _) in layout.items()}
-        src_bufs, dst_bufs = tuple(map(names.__getitem__, src_bufs)), tuple(map(names.__getitem__, dst_bufs))
-    return kinds, src_bufs, src_offs, dst_bufs, dst_offs, cnts, lines
-
-
-_INSTR_FIELDS = itemgetter(slice(0, 7))  # kind, rank, src_buf, src_off, dst_buf, dst_off, cnt
-_IR_BUF, _START = itemgetter(0), itemgetter(1)
-
-
-def _one_instance(tb: TbPlan, tb_waits: tuple[Waits, ...], columns: Columns, new_id: list[int] | None) -> LTb:
-    """One threadblock when there is one instance (no other instance to wait for either): its instrs' columns
-    gathered; `new_id` renumbers the waited threadblocks (None: every threadblock keeps its number)."""
+def _one_instance(tb: TbPlan, tb_waits: tuple[Waits, ...], instrs: tuple[Instr, ...],
+                  buffers: dict[str, str] | dict[str, tuple[str, int, int]], new_id: list[int] | None) -> LTb:
+    """One threadblock when there is one instance (no other instance to wait for either): its instrs' fields as
+    columns, on IR buffers (`buffers`: buffer -> IR buffer name, where every buffer starts at 0 of its IR buffer;
+    else its rank's layout, buffer -> IR buffer, start, size: offsets move by the start); `new_id` renumbers the
+    waited threadblocks (None: every threadblock keeps its number). Its instrs are read once each, fields together
+    (a threadblock's instrs lie far apart in the DAG's order)."""
     members = tb.instrs
     n = len(members)
     if n == 0:
         return LTb.of_steps(tb.send, tb.recv, tb.chan, ())
-    pick: Callable[[tuple], tuple] = itemgetter(*members) if n > 1 else _one_of(members[0])  # type: ignore[type-arg]
-    kinds, srcbufs, srcoffs, dstbufs, dstoffs, cnts, lines = map(pick, columns)
+    rows = itemgetter(*members)(instrs) if n > 1 else (instrs[members[0]],)
+    kinds, src_bufs, srcoffs, dst_bufs, dstoffs, cnts, lines = zip(*map(_STEP_FIELDS_OF_INSTR, rows), strict=True)
+    src, dst = tuple(map(buffers.__getitem__, src_bufs)), tuple(map(buffers.__getitem__, dst_bufs))
+    if src and not isinstance(src[0], str):  # a rank's layout: (IR buffer, start, size) per buffer
+        srcoffs, dstoffs = tuple(map(add, map(_START, src), srcoffs)), tuple(map(add, map(_START, dst), dstoffs))
+        src, dst = tuple(map(_IR_BUF, src)), tuple(map(_IR_BUF, dst))
     deps = tb_waits
     if new_id is not None:  # every wait (a, b) -> (new_id[a], b), regrouped per step: all in C, no call per step
         pairs = tuple(chain.from_iterable(tb_waits))
         renamed = iter(zip(map(new_id.__getitem__, map(_FIRST, pairs)), map(_SECOND, pairs), strict=True))
         deps = tuple(map(tuple, map(islice, repeat(renamed), map(len, tb_waits))))
-    return LTb(tb.send, tb.recv, tb.chan, kinds, srcbufs, srcoffs, dstbufs, dstoffs, cnts, deps, (False,) * n,
+    return LTb(tb.send, tb.recv, tb.chan, kinds, src, srcoffs, dst, dstoffs, cnts, deps, (False,) * n,  # type: ignore[arg-type]
                lines)
 
 
-def _one_of(i: int) -> Callable[[tuple], tuple]:  # type: ignore[type-arg]
-    """Like itemgetter(i), but a 1-tuple (itemgetter of several indices gives a tuple, of one a bare item)."""
-    return lambda column: (column[i],)
+_STEP_FIELDS_OF_INSTR = itemgetter(0, 2, 3, 4, 5, 6, _INSTR_LINE)  # kind, src_buf, src_off, dst_buf, dst_off, cnt, line
+_IR_BUF, _START = itemgetter(0), itemgetter(1)
 
 
 def _many_instances(members: tuple[int, ...], tb_waits: tuple[Waits, ...], instrs: tuple[Instr, ...],
@@ -424,7 +406,7 @@ def lower_to_ir(tbprog: TbProgram) -> Algo:
         gpus.append(Gpu(rank, i_chunks, o_chunks, s_chunks, tuple(threadblocks)))
         gpu_columns.append(columns)
     meta = (("compiler", "collsynth"), ("program", tbprog.name), ("instances", str(tbprog.instances)),
-            ("collective", json.dumps(tbprog.collective.to_dict(), separators=(",", ":"))))
+            ("collective", collective_json(tbprog.collective)))
     ir = Algo(tbprog.name, coll_spelling(tbprog.collective.name), tbprog.proto, tbprog.nchannels,
               tbprog.nchunksperloop, len(gpus), tbprog.inplace, tuple(gpus), meta=meta)
     try:
@@ -433,6 +415,14 @@ def lower_to_ir(tbprog: TbProgram) -> Algo:
         return ir
     keep_table(ir, table)
     return ir
+
+
+def collective_json(collective: Collective) -> str:
+    """`json.dumps(collective.to_dict())`, compact, without the list to_dict makes of every placement (a million at
+    1024 ranks): json writes each placement tuple as that list (tests/compiler checks that the text is the same)."""
+    data = replace(collective, inputs=(), outputs=()).to_dict()
+    data["inputs"], data["outputs"] = collective.inputs, collective.outputs
+    return json.dumps(data, separators=(",", ":"))
 
 
 # One GPU's steps as columns: (threadblocks, their step counts, STEP_FIELDS -> that field of every step in
@@ -476,11 +466,6 @@ def _steps_of_columns(columns: _GpuColumns) -> list[Step]:
     for store, name in zip(_STEP_SLOTS, STEP_FIELDS, strict=True):
         deque(map(store, steps, fields_of[name]()), maxlen=0)
     return steps
-
-
-def steps_of(tbs: Sequence[LTb]) -> list[Step]:
-    """The IR steps of one GPU's threadblocks, one after another (see `_steps_of_columns`)."""
-    return _steps_of_columns(_gpu_columns(tbs))
 
 
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)

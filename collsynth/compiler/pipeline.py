@@ -101,7 +101,7 @@ def _compile_once(program: Program, spread: int, pair: bool, *, pair_sends: bool
     placed = _placed_forms(program, pair_sends, pair, shared, reuse, seen)[-1][1]
     tbprog = seen("insert_nops", insert_nops(replicate_instances(placed, program)))
     return seen("lower_to_ir", check_ir(lower_to_ir(tbprog), step_lines(tbprog), order=opts.check,
-                                        source=dag.source, max_steps=max_steps))
+                                        source=dag.source, max_steps=max_steps, slots=slots))
 
 
 # What each pass up to insert_dependencies reads, for `reuse` (each pass is a pure function of its arguments;

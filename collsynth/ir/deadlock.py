@@ -13,7 +13,7 @@ for something only ever granted more (a flag grows, a message stays until its on
 room stays until the one sender fills it). A step enabled stays enabled until its threadblock takes it,
 so every schedule reaches the same final state: all orders deadlock or none does.
 
-So the run is decided without replaying it (`_completes`): every wait is for one particular step to be
+So the run is decided without replaying it (`completes`): every wait is for one particular step to be
 done (the first step of the waited-on threadblock that publishes at least the awaited step; the k-th send
 of the connection before its k-th receive; its (k - capacity)-th receive before its k-th send), so all
 threadblocks finish iff Kahn's algorithm over those edges and the threadblocks' order reaches every step,
@@ -33,7 +33,7 @@ import numpy as np
 
 from collsynth.core.steps import RECEIVING_TYPES, SENDING_TYPES
 from collsynth.ir import NOP, Algo
-from collsynth.ir.table import NOP_CODE, RECEIVES, SENDS, step_table
+from collsynth.ir.table import NOP_CODE, RECEIVES, SENDS, StepTable, step_table
 
 Connection = tuple[int, int, int]  # (sender rank, receiver rank, channel)
 
@@ -43,18 +43,25 @@ def bounded_deadlock(ir: Algo, capacity: int) -> str | None:
     how many threadblocks are stuck and what one of them waits for (a full connection first: the cause)."""
     if capacity < 1:
         raise ValueError(f"capacity={capacity}: a connection must hold at least one message")
-    if _completes(ir, capacity):
+    if completes(ir, capacity):
         return None
     return _replay(ir, capacity)
 
 
 # --- the decision: Kahn's algorithm over what every step waits for ----------------------------------------
 
-def _completes(ir: Algo, capacity: int) -> bool:
+def completes(ir: Algo, capacity: int) -> bool:
     """Whether every step runs (see the module docstring). False also where the edges would not model the
     run exactly (a connection driven by two threadblocks on one side, a dependency on a threadblock that does
-    not exist, published step numbers that go down): the replay then decides."""
+    not exist, published step numbers that go down): the replay then decides. The answer is kept with the IR's
+    table (the compiler's order check asks first: collsynth.compiler.checks)."""
     t = step_table(ir)  # the compiler's checks of this IR read it just before (kept), else read here
+    if capacity not in t.decided:
+        t.decided[capacity] = _decide(ir, t, capacity)
+    return t.decided[capacity]
+
+
+def _decide(ir: Algo, t: StepTable, capacity: int) -> bool:
     total = t.s.size
     if total == 0:
         return True
@@ -167,6 +174,7 @@ def unreached(total: int, src: np.ndarray, dst: np.ndarray, blocked: np.ndarray 
     first = np.zeros(total + 1, dtype=np.int64)
     np.cumsum(np.bincount(src, minlength=total), out=first[1:])
     ready = np.flatnonzero(indegree == 0)
+    stamp = np.empty(total, dtype=np.int64)  # scratch for removing repeats from a level without sorting it
     while ready.size:
         starts, counts = first[ready], first[ready + 1] - first[ready]
         ends = np.cumsum(counts)
@@ -175,7 +183,10 @@ def unreached(total: int, src: np.ndarray, dst: np.ndarray, blocked: np.ndarray 
         picked = np.arange(int(ends[-1])) - np.repeat(ends - counts - starts, counts)
         targets = succ[picked]
         np.subtract.at(indegree, targets, 1)
-        ready = np.unique(targets[indegree[targets] == 0])
+        hit = targets[indegree[targets] == 0]  # a node with several predecessors in this level comes several times
+        at = np.arange(hit.size)
+        stamp[hit] = at  # a repeated node keeps one of its places (whichever): that one alone passes below
+        ready = hit[stamp[hit] == at]
     return indegree
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain, repeat
 from operator import attrgetter, index
 
@@ -52,6 +52,9 @@ class StepTable:
     depid: np.ndarray
     deps: np.ndarray
     hasdep: np.ndarray  # bool
+    # What a check decided from this table, for the next check of the same IR (collsynth.ir.deadlock: whether the
+    # IR completes, per capacity): dropped with the table
+    decided: dict[int, bool] = field(default_factory=dict, init=False)
 
     @property
     def index(self) -> np.ndarray:

@@ -24,6 +24,8 @@ def nops_form(**options):
 
 def assert_same(a: StepTable, b: StepTable) -> None:
     for f in fields(StepTable):
+        if f.name == "decided":  # what the checks decided from a table, not read from an IR
+            continue
         x, y = getattr(a, f.name), getattr(b, f.name)
         assert x.dtype == y.dtype and np.array_equal(x, y), f.name
 

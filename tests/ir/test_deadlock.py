@@ -165,20 +165,20 @@ def ring_programs(draw: st.DrawFn) -> Algo:
 @given(st.one_of(control_programs(), ring_programs()), st.integers(1, 3))
 def test_the_graph_decision_agrees_with_the_replay(ir, capacity):
     """Kahn's algorithm over the waits decides exactly what the step-by-step replay decides."""
-    from collsynth.ir.deadlock import _completes, _replay
+    from collsynth.ir.deadlock import _replay, completes
 
-    assert _completes(ir, capacity) == (_replay(ir, capacity) is None)
+    assert completes(ir, capacity) == (_replay(ir, capacity) is None)
 
 
 def test_a_connection_of_two_threadblocks_is_left_to_the_replay():
     """Two threadblocks sending on one connection share its slots: the graph does not model that, so the replay
     decides (and both agree with the reference interpreter)."""
-    from collsynth.ir.deadlock import _completes
+    from collsynth.ir.deadlock import completes
 
     sender = Gpu(0, 2, 2, 0, (Threadblock(0, 1, -1, 0, (Step(0, "s", "i", 0, "o", 0, 1),)),
                               Threadblock(1, 1, -1, 0, (Step(0, "s", "i", 1, "o", 1, 1),))))
     receiver = Gpu(1, 2, 2, 0, (Threadblock(0, -1, 0, 0, (Step(0, "r", "i", 0, "o", 0, 1),
                                                            Step(1, "r", "i", 1, "o", 1, 1))),))
     ir = Algo("shared", "custom", "Simple", 1, 2, 2, False, (sender, receiver))
-    assert not _completes(ir, 1)
+    assert not completes(ir, 1)
     assert bounded_deadlock(ir, 1) is None
