@@ -7,9 +7,8 @@ import heapq
 
 import numpy as np
 
-from collsynth.compiler.dag import edge_columns
 from collsynth.compiler.errors import CompileError
-from collsynth.compiler.paths import edge_arrays, longest_paths, out_edges
+from collsynth.compiler.paths import longest_paths, out_edges
 from collsynth.compiler.placement import ChannelledDAG, Schedule
 from collsynth.core.limits import FIFO_SLOTS
 from collsynth.ir import RECEIVING_TYPES, SENDING_TYPES
@@ -26,9 +25,8 @@ def schedule(cdag: ChannelledDAG, slots: int | None = FIFO_SLOTS) -> Schedule:
     it or raises it, never raises the reverse depth, and points to a later instr), so the best instr left is
     almost always ready when a scan of the priority order reaches it (see `_list_schedule`)."""
     dag = cdag.dag
-    edges = edge_columns(dag)
     n = len(dag.instrs)
-    tails, heads, weights = edge_arrays(*edges)
+    tails, heads, weights = dag.edge_arrays()
     depth = longest_paths(n, tails, heads, weights)
     if n and depth.min() < 0:  # (only a broken pass makes one) Kahn's order stops at the cycle's first instr
         stuck = int(np.flatnonzero(depth < 0)[0])
