@@ -3,11 +3,11 @@ assign_channels), Schedule (after schedule) and Placement (after assign_threadbl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from itertools import chain
 from operator import attrgetter
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -22,6 +22,11 @@ class ChannelledDAG:
 
     dag: InstrDAG
     channel: tuple[int, ...]  # per instr
+    cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # arrays made once, not its value
+
+    def channels(self) -> np.ndarray:
+        """`channel` as a read-only array (made on the first call)."""
+        return _array(self.cache, "channel", self.channel)
 
     def __str__(self) -> str:
         instrs, channel = self.dag.instrs, self.channel
@@ -35,6 +40,15 @@ class Schedule:
     dag: InstrDAG  # shared with the ChannelledDAG
     order: tuple[int, ...]  # all instrs, in execution priority order (a topological order)
     channel: tuple[int, ...]  # per instr, the ChannelledDAG's
+    cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # arrays made once, not its value
+
+    def order_array(self) -> np.ndarray:
+        """`order` as a read-only array (made on the first call)."""
+        return _array(self.cache, "order", self.order)
+
+    def channels(self) -> np.ndarray:
+        """`channel` as a read-only array (made on the first call)."""
+        return _array(self.cache, "channel", self.channel)
 
     def __str__(self) -> str:
         depth, rdepth = depths(self.dag)  # the priorities the schedule went by
@@ -43,6 +57,14 @@ class Schedule:
         lines += [f"  {k}: #{i} ({depth[i]},{rdepth[i]}) ch{channel[i]} {instrs[i]}"
                   for k, i in enumerate(self.order)]
         return "\n".join(lines)
+
+
+def _array(cache: dict[str, Any], name: str, values: tuple[int, ...]) -> np.ndarray:
+    got = cache.get(name)
+    if got is None:
+        got = cache[name] = np.fromiter(values, dtype=np.int64, count=len(values))
+        got.flags.writeable = False
+    return got
 
 
 class StepRef(NamedTuple):

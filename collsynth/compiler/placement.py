@@ -37,7 +37,7 @@ def assign_channels(dag: InstrDAG) -> ChannelledDAG:
     the chunk's chain pairs its receive peer with its send peer consistently (default 0)."""
     unfused = _unfused_channels(dag)
     if unfused is not None:
-        return ChannelledDAG(dag, unfused)
+        return ChannelledDAG(dag, tuple(unfused.tolist()), {"channel": unfused})
     instrs = dag.instrs
     channel = [-1] * len(instrs)
     pair_recv: dict[tuple[int, int, int], int] = {}  # (rank, recv peer, ch) -> send peer of its threadblock
@@ -88,7 +88,7 @@ def assign_channels(dag: InstrDAG) -> ChannelledDAG:
     return with_channels(dag, channel)
 
 
-def _unfused_channels(dag: InstrDAG) -> tuple[int, ...] | None:
+def _unfused_channels(dag: InstrDAG) -> np.ndarray | None:
     """assign_channels by arrays for a DAG without fused steps, where no hints disagree: a send and its receive
     take their hint (or 0), a local step its own hint (or -1, any). None otherwise (the loop words the error)."""
     if dag.is_kind(FUSED_TYPES).any():
@@ -102,7 +102,10 @@ def _unfused_channels(dag: InstrDAG) -> tuple[int, ...] | None:
     transfers = dag.is_kind(SENDING_TYPES | RECEIVING_TYPES)
     channel = np.where(transfers, -1, hint)
     channel[sends] = channel[receives] = np.maximum(np.maximum(a, b), 0)
-    return None if (channel[transfers] < 0).any() else tuple(channel.tolist())
+    if (channel[transfers] < 0).any():
+        return None
+    channel.flags.writeable = False
+    return channel
 
 
 def with_channels(dag: InstrDAG, channels: list[int]) -> ChannelledDAG:
@@ -249,7 +252,7 @@ def _placed(sched: Schedule, rank: np.ndarray, tb_of: np.ndarray, sides: list[li
     (send, recv, chan) in `sides`, each threadblock's steps in the schedule's order."""
     sizes = np.asarray([len(tbs) for tbs in sides], dtype=np.int64)
     first_tb = np.concatenate([[0], np.cumsum(sizes)])
-    order = np.asarray(sched.order, dtype=np.int64)
+    order = sched.order_array()
     tb = first_tb[rank] + tb_of  # global threadblock of every instr
     by_tb = order[np.argsort(tb[order], kind="stable")]
     count = np.bincount(tb, minlength=int(first_tb[-1]))
@@ -279,8 +282,8 @@ def _all_hinted(sched: Schedule) -> Placement | None:
     if not n or hint.min() < 0:
         return None
     rank, side = column("rank"), dag.is_kind(SENDING_TYPES) | 2 * dag.is_kind(RECEIVING_TYPES)
-    order = np.asarray(sched.order, dtype=np.int64)
-    chan_o = np.asarray(sched.channel, dtype=np.int64)[order]
+    order = sched.order_array()
+    chan_o = sched.channels()[order]
     send_o = np.where(side & 1, column("send_peer"), -1)[order]
     recv_o = np.where(side & 2, column("recv_peer"), -1)[order]
     keys, first, group = np.unique(rank[order] * (int(hint.max()) + 1) + hint[order], return_index=True,

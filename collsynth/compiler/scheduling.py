@@ -48,8 +48,9 @@ def schedule(cdag: ChannelledDAG, slots: int | None = FIFO_SLOTS) -> Schedule:
     send_conn, recv_conn, nconn = _connection_ids(cdag)
     order = _list_schedule(first.tolist(), succ.tolist(), send_conn[by_rank].tolist(), recv_conn[by_rank].tolist(),
                            [n + 1 if slots is None else slots] * nconn)
-    order = by_rank[np.array(order, dtype=np.int64)].tolist() if n else []
-    return Schedule(dag, tuple(order), cdag.channel)
+    done = by_rank[np.array(order, dtype=np.int64)] if n else np.zeros(0, dtype=np.int64)
+    done.flags.writeable = False
+    return Schedule(dag, tuple(done.tolist()), cdag.channel, {"order": done, "channel": cdag.channels()})
 
 
 def _list_schedule(starts: list[int], targets: list[int], send_conn: list[int], recv_conn: list[int],
@@ -130,7 +131,7 @@ def _connection_ids(cdag: ChannelledDAG) -> tuple[np.ndarray, np.ndarray, int]:
     n = len(dag.instrs)
     code = dag.is_kind(RECEIVING_TYPES) | 2 * dag.is_kind(SENDING_TYPES)
     rank, send_peer, recv_peer = (dag.values(name) + 1 for name in ("rank", "send_peer", "recv_peer"))  # -1 -> 0
-    channel = np.asarray(cdag.channel, dtype=np.int64) + 1
+    channel = cdag.channels() + 1
     ranks, channels = cdag.dag.num_ranks + 1, int(channel.max(initial=0)) + 1
     sending, receiving = np.flatnonzero(code & 2), np.flatnonzero(code & 1)
     keys = np.concatenate([(rank[sending] * ranks + send_peer[sending]) * channels + channel[sending],
