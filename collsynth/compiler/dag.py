@@ -38,7 +38,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from collsynth.compiler.errors import CompileError
-from collsynth.compiler.paths import dag_depths
+from collsynth.compiler.paths import csr_edge_arrays, dag_depths, edge_csr
+from collsynth.compiler.tracing import trace_columns
 from collsynth.ir import (
     COPY,
     RECV,
@@ -140,6 +141,18 @@ class InstrDAG:
             got.flags.writeable = False
             self.cache[key] = got
         return got
+
+    def edge_csr(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """The "preds" or "after" edges of every instr in CSR form (paths.edge_csr; made on the first call)."""
+        key = name + " csr"
+        got = self.cache.get(key)
+        if got is None:
+            got = self.cache[key] = edge_csr(self.column(name))
+        return got
+
+    def edge_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """All edges as (tails, heads, weights), as paths.edge_arrays gives them."""
+        return csr_edge_arrays(self.edge_csr("preds"), self.edge_csr("after"), self.values("send_to"))
 
     def recv_from(self) -> list[int]:
         """The matched sending instr of each receiving instr, else -1."""
@@ -330,6 +343,10 @@ def trace_to_dag(program: Program) -> InstrDAG:
     last_writer = [unwritten] * total
     for rank, buf, index in initial_slots(coll):
         last_writer[base[(rank, buf)] + index] = initial
+    traced = trace_columns(program, base, np.asarray(last_writer, dtype=np.int64) == initial, manual)
+    if traced is not None:  # (the usual lowered program: every op copies one chunk) the same DAG, by arrays
+        records = tuple(map(instr_of_fields, zip(*traced.fields, strict=True)))
+        return InstrDAG(program.num_ranks, records, source, traced.arrays)
     readers: list[list[int] | None] = [None] * total
     ranks = program.num_ranks
     last_message: dict[int, int] = {}  # sender * ranks + receiver -> index of the last send

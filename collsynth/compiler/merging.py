@@ -4,7 +4,6 @@ and fuse_instructions (relays and reductions into rcs/rrs/rrcs); both contract t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import chain
 
 import numpy as np
 
@@ -237,14 +236,11 @@ def _fusable_receives(dag: InstrDAG) -> list[int]:
     """The receives (r, rrc) that a send could fuse with, in increasing order: a send whose only dependency is
     the receive, reading exactly the slots it wrote, with the same count and hints (fuse_instructions looks at
     no other receive; a receive none of whose dependents passes these tests never fuses)."""
-    preds = dag.column("preds")
-    n = len(preds)
-    count = np.fromiter(map(len, preds), dtype=np.int64, count=n)
+    count, flat = dag.edge_csr("preds")
     sends = np.flatnonzero(dag.is_kind({SEND}) & (count == 1))
     if not sends.size:
         return []
-    only = np.fromiter(chain.from_iterable(preds), dtype=np.int64, count=int(count.sum()))[
-        (np.cumsum(count) - count)[sends]]  # each such send's one dependency
+    only = flat[(np.cumsum(count) - count)[sends]]  # each such send's one dependency
     same = dag.is_kind({RECV, RECV_REDUCE_COPY})[only]
     for mine, theirs in (("tb_hint", "tb_hint"), ("src_off", "dst_off"), ("cnt", "cnt"), ("ch_hint", "ch_hint")):
         same &= dag.values(mine)[sends] == dag.values(theirs)[only]

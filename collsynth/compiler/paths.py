@@ -18,14 +18,24 @@ def edge_arrays(preds: Sequence[tuple[int, ...]], after: Sequence[tuple[int, ...
     """Every edge of the DAG as (tails, heads, weights): the dependencies, then the queue edges, then the
     send -> receive edges (each group in increasing head, then tail, order as the columns hold them)."""
     n = len(send_to)
-    dep_tails = np.fromiter(chain.from_iterable(preds), dtype=np.int64)
-    queue_tails = np.fromiter(chain.from_iterable(after), dtype=np.int64)
-    dep_heads = np.repeat(np.arange(n), np.fromiter(map(len, preds), dtype=np.int64, count=n))
-    queue_heads = np.repeat(np.arange(n), np.fromiter(map(len, after), dtype=np.int64, count=n))
-    receiver = np.fromiter(send_to, dtype=np.int64, count=n)
-    sending = np.flatnonzero(receiver >= 0)
+    return csr_edge_arrays(edge_csr(preds), edge_csr(after), np.fromiter(send_to, dtype=np.int64, count=n))
+
+
+def edge_csr(edges: Sequence[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-instr edge tuples in CSR form: the count per instr, and all of them one after another."""
+    counts = np.fromiter(map(len, edges), dtype=np.int64, count=len(edges))
+    return counts, np.fromiter(chain.from_iterable(edges), dtype=np.int64, count=int(counts.sum()))
+
+
+def csr_edge_arrays(preds: tuple[np.ndarray, np.ndarray], after: tuple[np.ndarray, np.ndarray],
+                    send_to: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`edge_arrays` from the dependencies and the queue edges in CSR form (`edge_csr`) and send_to as an array."""
+    n = send_to.size
+    (dep_counts, dep_tails), (queue_counts, queue_tails) = preds, after
+    sending = np.flatnonzero(send_to >= 0)
     tails = np.concatenate([dep_tails, queue_tails, sending])
-    heads = np.concatenate([dep_heads, queue_heads, receiver[sending]])
+    heads = np.concatenate([np.repeat(np.arange(n), dep_counts), np.repeat(np.arange(n), queue_counts),
+                            send_to[sending]])
     weights = np.concatenate([np.ones(dep_tails.size, dtype=np.int64), np.zeros(queue_tails.size, dtype=np.int64),
                               np.ones(sending.size, dtype=np.int64)])
     return tails, heads, weights

@@ -21,113 +21,14 @@ on each side, and a threadblock has one send peer, one receive peer and one chan
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
-from functools import partial
-from itertools import chain
-from operator import attrgetter
-from typing import NamedTuple
 
 import numpy as np
 
-from collsynth.compiler.dag import FUSED_TYPES, InstrDAG, depths, transfer_chain
+from collsynth.compiler.dag import FUSED_TYPES, InstrDAG, transfer_chain
 from collsynth.compiler.errors import CompileError
+from collsynth.compiler.forms import ChannelledDAG, Placement, Schedule, TbPlan
+from collsynth.compiler.forms import StepRef as StepRef  # (the forms' old home: importers may still name it here)
 from collsynth.ir import COPY, MAX_CHANNELS, RECEIVING_TYPES, REDUCE, SEND, SENDING_TYPES
-
-
-@dataclass(frozen=True, slots=True)
-class ChannelledDAG:
-    """The DAG and the channel of every instr (a local copy/reduction without a hint: -1, any). The DAG is the
-    previous form's, shared, not copied."""
-
-    dag: InstrDAG
-    channel: tuple[int, ...]  # per instr
-
-    def __str__(self) -> str:
-        instrs, channel = self.dag.instrs, self.channel
-        lines = [f"channels assigned: {len(set(c for c in channel if c >= 0))} in use"]
-        lines += [f"  {i}: ch{channel[i]:<2} {ins}" for i, ins in enumerate(instrs)]
-        return "\n".join(lines)
-
-
-@dataclass(frozen=True, slots=True)
-class Schedule:
-    dag: InstrDAG  # shared with the ChannelledDAG
-    order: tuple[int, ...]  # all instrs, in execution priority order (a topological order)
-    channel: tuple[int, ...]  # per instr, the ChannelledDAG's
-
-    def __str__(self) -> str:
-        depth, rdepth = depths(self.dag)  # the priorities the schedule went by
-        instrs, channel = self.dag.instrs, self.channel
-        lines = [f"schedule of {len(self.order)} instrs (depth, reverse depth)"]
-        lines += [f"  {k}: #{i} ({depth[i]},{rdepth[i]}) ch{channel[i]} {instrs[i]}"
-                  for k, i in enumerate(self.order)]
-        return "\n".join(lines)
-
-
-class StepRef(NamedTuple):
-    """A step of a rank: its threadblock and its index there (where an instr runs; what a step waits for)."""
-
-    tb: int
-    step: int
-
-
-@dataclass(frozen=True, slots=True)
-class TbPlan:
-    send: int
-    recv: int
-    chan: int
-    instrs: tuple[int, ...]  # in step order
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class Placement:
-    """The threadblocks of every rank; where each instr runs (`tb_of`, `step_of`, one array each, not a record per
-    instr) is derived from `tbs` (made by `of`), never set by hand."""
-
-    dag: InstrDAG
-    tbs: tuple[tuple[TbPlan, ...], ...]  # per rank
-    tb_of: np.ndarray  # per instr: its threadblock on its rank
-    step_of: np.ndarray  # per instr: its index among that threadblock's steps
-
-    @property
-    def at(self) -> tuple[StepRef, ...]:
-        """Per instr: where it runs on its rank (made on each call)."""
-        return tuple(map(_step_ref, zip(self.tb_of.tolist(), self.step_of.tolist(), strict=True)))
-
-    def __eq__(self, other: object) -> bool:
-        return (isinstance(other, Placement) and self.dag == other.dag and self.tbs == other.tbs
-                and np.array_equal(self.tb_of, other.tb_of) and np.array_equal(self.step_of, other.step_of))
-
-    __hash__ = None  # type: ignore[assignment]  # (as a dataclass with eq: not hashable)
-
-    @classmethod
-    def of(cls, dag: InstrDAG, tbs: tuple[tuple[TbPlan, ...], ...]) -> Placement:
-        """The placement of `tbs`, which hold every instr of the DAG exactly once."""
-        n = len(dag.instrs)
-        plans = [tb for rank_tbs in tbs for tb in rank_tbs]
-        lengths = np.fromiter(map(len, map(attrgetter("instrs"), plans)), dtype=np.int64, count=len(plans))
-        placed = np.fromiter(chain.from_iterable(map(attrgetter("instrs"), plans)), dtype=np.int64,
-                             count=int(lengths.sum()))
-        if placed.size != n or n and (placed.min() < 0 or placed.max() >= n or np.bincount(placed).max() != 1):
-            raise CompileError("internal error: the threadblocks do not hold every instruction exactly once")
-        local = np.concatenate([np.arange(len(rank_tbs), dtype=np.int64) for rank_tbs in tbs] or [np.zeros(0, int)])
-        starts = np.cumsum(lengths) - lengths
-        tb_of, step_of = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-        tb_of[placed] = np.repeat(local, lengths)
-        step_of[placed] = np.arange(n) - np.repeat(starts, lengths)
-        return cls(dag, tbs, tb_of, step_of)
-
-    def __str__(self) -> str:
-        lines = ["threadblocks"]
-        for rank, tbs in enumerate(self.tbs):
-            for t, tb in enumerate(tbs):
-                lines.append(f"  r{rank} tb{t} send={tb.send} recv={tb.recv} chan={tb.chan}")
-                lines += [f"    {s}: {self.dag.instrs[i]}" for s, i in enumerate(tb.instrs)]
-        return "\n".join(lines)
-
-
-_step_ref = partial(tuple.__new__, StepRef)  # a StepRef from a (tb, step) pair, without NamedTuple.__new__
-
 
 # --- assign_channels -----------------------------------------------------------------------------
 
@@ -136,7 +37,7 @@ def assign_channels(dag: InstrDAG) -> ChannelledDAG:
     the chunk's chain pairs its receive peer with its send peer consistently (default 0)."""
     unfused = _unfused_channels(dag)
     if unfused is not None:
-        return ChannelledDAG(dag, unfused)
+        return ChannelledDAG(dag, tuple(unfused.tolist()), {"channel": unfused})
     instrs = dag.instrs
     channel = [-1] * len(instrs)
     pair_recv: dict[tuple[int, int, int], int] = {}  # (rank, recv peer, ch) -> send peer of its threadblock
@@ -187,7 +88,7 @@ def assign_channels(dag: InstrDAG) -> ChannelledDAG:
     return with_channels(dag, channel)
 
 
-def _unfused_channels(dag: InstrDAG) -> tuple[int, ...] | None:
+def _unfused_channels(dag: InstrDAG) -> np.ndarray | None:
     """assign_channels by arrays for a DAG without fused steps, where no hints disagree: a send and its receive
     take their hint (or 0), a local step its own hint (or -1, any). None otherwise (the loop words the error)."""
     if dag.is_kind(FUSED_TYPES).any():
@@ -201,7 +102,10 @@ def _unfused_channels(dag: InstrDAG) -> tuple[int, ...] | None:
     transfers = dag.is_kind(SENDING_TYPES | RECEIVING_TYPES)
     channel = np.where(transfers, -1, hint)
     channel[sends] = channel[receives] = np.maximum(np.maximum(a, b), 0)
-    return None if (channel[transfers] < 0).any() else tuple(channel.tolist())
+    if (channel[transfers] < 0).any():
+        return None
+    channel.flags.writeable = False
+    return channel
 
 
 def with_channels(dag: InstrDAG, channels: list[int]) -> ChannelledDAG:
@@ -348,7 +252,7 @@ def _placed(sched: Schedule, rank: np.ndarray, tb_of: np.ndarray, sides: list[li
     (send, recv, chan) in `sides`, each threadblock's steps in the schedule's order."""
     sizes = np.asarray([len(tbs) for tbs in sides], dtype=np.int64)
     first_tb = np.concatenate([[0], np.cumsum(sizes)])
-    order = np.asarray(sched.order, dtype=np.int64)
+    order = sched.order_array()
     tb = first_tb[rank] + tb_of  # global threadblock of every instr
     by_tb = order[np.argsort(tb[order], kind="stable")]
     count = np.bincount(tb, minlength=int(first_tb[-1]))
@@ -357,7 +261,12 @@ def _placed(sched: Schedule, rank: np.ndarray, tb_of: np.ndarray, sides: list[li
     plans = tuple(tuple(TbPlan(send, recv, chan, tuple(steps[bounds[g]:bounds[g + 1]]))
                         for g, (send, recv, chan) in enumerate(tbs, start=int(first_tb[r])))
                   for r, tbs in enumerate(sides))
-    return Placement.of(sched.dag, plans)
+    n = len(sched.dag.instrs)
+    if order.size != n or n and (order.min() < 0 or np.bincount(order).max() != 1):
+        return Placement.of(sched.dag, plans)  # (never for a schedule; `of` refuses it)
+    step_of = np.empty(n, dtype=np.int64)  # what `of` derives from the plans, from the arrays they came from
+    step_of[by_tb] = np.arange(n) - np.repeat(starts[:-1], count)
+    return Placement(sched.dag, plans, tb_of, step_of)
 
 
 def _all_hinted(sched: Schedule) -> Placement | None:
@@ -373,8 +282,8 @@ def _all_hinted(sched: Schedule) -> Placement | None:
     if not n or hint.min() < 0:
         return None
     rank, side = column("rank"), dag.is_kind(SENDING_TYPES) | 2 * dag.is_kind(RECEIVING_TYPES)
-    order = np.asarray(sched.order, dtype=np.int64)
-    chan_o = np.asarray(sched.channel, dtype=np.int64)[order]
+    order = sched.order_array()
+    chan_o = sched.channels()[order]
     send_o = np.where(side & 1, column("send_peer"), -1)[order]
     recv_o = np.where(side & 2, column("recv_peer"), -1)[order]
     keys, first, group = np.unique(rank[order] * (int(hint.max()) + 1) + hint[order], return_index=True,

@@ -7,9 +7,8 @@ import heapq
 
 import numpy as np
 
-from collsynth.compiler.dag import edge_columns
 from collsynth.compiler.errors import CompileError
-from collsynth.compiler.paths import edge_arrays, longest_paths, out_edges
+from collsynth.compiler.paths import longest_paths, out_edges
 from collsynth.compiler.placement import ChannelledDAG, Schedule
 from collsynth.core.limits import FIFO_SLOTS
 from collsynth.ir import RECEIVING_TYPES, SENDING_TYPES
@@ -26,16 +25,20 @@ def schedule(cdag: ChannelledDAG, slots: int | None = FIFO_SLOTS) -> Schedule:
     it or raises it, never raises the reverse depth, and points to a later instr), so the best instr left is
     almost always ready when a scan of the priority order reaches it (see `_list_schedule`)."""
     dag = cdag.dag
-    edges = edge_columns(dag)
     n = len(dag.instrs)
-    tails, heads, weights = edge_arrays(*edges)
+    tails, heads, weights = dag.edge_arrays()
     depth = longest_paths(n, tails, heads, weights)
     if n and depth.min() < 0:  # (only a broken pass makes one) Kahn's order stops at the cycle's first instr
         stuck = int(np.flatnonzero(depth < 0)[0])
         raise CompileError(f"{dag.where(stuck)}internal error: the instruction DAG has a cycle at {dag.instrs[stuck]}")
     rdepth = longest_paths(n, heads, tails, weights)
-    # The priority (depth, -rdepth, i) as one integer per instr: its rank in that order (keys are unique).
-    by_rank = np.lexsort((np.arange(n), -rdepth, depth))
+    # The priority (depth, -rdepth, i): each instr's rank in that order (keys are unique), sorted as one integer
+    # key per instr where it fits in 62 bits (one argsort instead of a three-key lexsort).
+    span = int(rdepth.max(initial=0)) + 1
+    if n and (int(depth.max()) + 1) * span * n < 1 << 62:
+        by_rank = np.argsort((depth * span + (span - 1 - rdepth)) * n + np.arange(n))
+    else:
+        by_rank = np.lexsort((np.arange(n), -rdepth, depth))
     rank_of = np.empty(n, dtype=np.int64)
     rank_of[by_rank] = np.arange(n)
     if not (rank_of[tails] < rank_of[heads]).all():
@@ -45,8 +48,9 @@ def schedule(cdag: ChannelledDAG, slots: int | None = FIFO_SLOTS) -> Schedule:
     send_conn, recv_conn, nconn = _connection_ids(cdag)
     order = _list_schedule(first.tolist(), succ.tolist(), send_conn[by_rank].tolist(), recv_conn[by_rank].tolist(),
                            [n + 1 if slots is None else slots] * nconn)
-    order = by_rank[np.array(order, dtype=np.int64)].tolist() if n else []
-    return Schedule(dag, tuple(order), cdag.channel)
+    done = by_rank[np.array(order, dtype=np.int64)] if n else np.zeros(0, dtype=np.int64)
+    done.flags.writeable = False
+    return Schedule(dag, tuple(done.tolist()), cdag.channel, {"order": done, "channel": cdag.channels()})
 
 
 def _list_schedule(starts: list[int], targets: list[int], send_conn: list[int], recv_conn: list[int],
@@ -127,7 +131,7 @@ def _connection_ids(cdag: ChannelledDAG) -> tuple[np.ndarray, np.ndarray, int]:
     n = len(dag.instrs)
     code = dag.is_kind(RECEIVING_TYPES) | 2 * dag.is_kind(SENDING_TYPES)
     rank, send_peer, recv_peer = (dag.values(name) + 1 for name in ("rank", "send_peer", "recv_peer"))  # -1 -> 0
-    channel = np.asarray(cdag.channel, dtype=np.int64) + 1
+    channel = cdag.channels() + 1
     ranks, channels = cdag.dag.num_ranks + 1, int(channel.max(initial=0)) + 1
     sending, receiving = np.flatnonzero(code & 2), np.flatnonzero(code & 1)
     keys = np.concatenate([(rank[sending] * ranks + send_peer[sending]) * channels + channel[sending],

@@ -1,12 +1,14 @@
 """The array forms of the compiler's common cases give what the instr-by-instr code gives: numpy longest paths
 against a direct DP, and the manual placement, the channels of unfused DAGs and fusion's candidate filter
-against their loops (each array path turned off by monkeypatch)."""
+against their loops (each array path turned off by monkeypatch), and the trace by arrays against the trace's loop
+(compiler/tracing.py)."""
 
 import random
 
 import numpy as np
 import pytest
 
+import collsynth.compiler.dag as dag_module
 import collsynth.compiler.merging as merging
 import collsynth.compiler.placement as placement
 from collsynth.algorithms.registry import library_programs
@@ -64,6 +66,7 @@ def test_array_paths_give_the_loops_forms(monkeypatch, policy):
         fast = _forms(program, threadblock_policy=policy)
         with monkeypatch.context() as m:
             m.setattr(placement, "_all_hinted", lambda sched: None)
+            m.setattr(dag_module, "trace_columns", lambda *args: None)
             m.setattr(placement, "_unfused_channels", lambda dag: None)
             m.setattr(merging, "_fusable_receives", lambda dag: [j for j, ins in enumerate(dag.instrs)
                                                                  if ins.kind in ("r", "rrc")])
