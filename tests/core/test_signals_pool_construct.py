@@ -13,6 +13,9 @@ _SCRIPT = """
 import os, signal
 from multiprocessing import resource_tracker
 
+# a terminal's Ctrl-C handling, also where the runner started the tests with SIGINT ignored (no job control)
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 real_register = resource_tracker.register
 sent = []
 
