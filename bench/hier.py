@@ -35,7 +35,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-Progress = Callable[[str], None] | None  # told each finished stage of a long run (a line)
+Progress = Callable[[str], None]  # told each finished stage of a long run (a line)
+
+
+def _quiet(line: str) -> None:
+    """A Progress that tells no one."""
 SIZES = [1 << (10 + 2 * i) for i in range(11)]  # 1 KB .. 1 GB
 PROTOCOLS = ("Simple", "LL128", "LL")
 LIBRARY = {"allreduce": ("hierarchical_allreduce",), "alltoall": ("three_step_alltoall", "two_step_alltoall"),
@@ -61,7 +65,7 @@ def _improve(best: list[tuple[float, str]], name: str, ir: Any, topo: Any) -> No
 
 
 def _side(named_irs: list[tuple[str, Any]], topo: Any, failures: list[str],
-          progress: Progress = None) -> list[tuple[float, str]]:
+          progress: Progress = _quiet) -> list[tuple[float, str]]:
     from collsynth.core.errors import CollsynthError
 
     best = [(math.inf, "")] * len(SIZES)
@@ -71,10 +75,9 @@ def _side(named_irs: list[tuple[str, Any]], topo: Any, failures: list[str],
             _improve(best, name, ir, topo)
         except CollsynthError as exc:  # e.g. a compiled IR the simulator finds deadlocked: reported, not timed
             failures.append(f"{name}: {str(exc)[:160]}")
-        if progress is not None:
-            wins = [_size(size) for size, (_, who) in zip(SIZES, best, strict=True) if who.startswith(f"{name} ")]
-            progress(f"simulated {name} ({time.process_time() - began:.1f} s CPU): best at "
-                     f"{', '.join(wins) or 'no size'}")
+        wins = [_size(size) for size, (_, who) in zip(SIZES, best, strict=True) if who.startswith(f"{name} ")]
+        progress(f"simulated {name} ({time.process_time() - began:.1f} s CPU): best at "
+                 f"{', '.join(wins) or 'no size'}")
     return best
 
 
@@ -108,7 +111,7 @@ def compare(topology: str, collective: str, merges: tuple[str, ...], sources: li
             target: str, lowering_modes: tuple[str, ...] = ("coalesced",),
             plans: tuple[str, ...] | None = None, sides: tuple[str, ...] = ("ours", "library"),
             option_sets: tuple[str, ...] = ("default", "unfused"),
-            library: tuple[str, ...] | None = None, progress: Progress = None) -> dict[str, Any]:
+            library: tuple[str, ...] | None = None, progress: Progress = _quiet) -> dict[str, Any]:
     from collsynth.algorithms.registry import build
     from collsynth.collectives import make_collective
     from collsynth.compiler.pipeline import compile_program
@@ -123,8 +126,7 @@ def compare(topology: str, collective: str, merges: tuple[str, ...], sources: li
         result = hierarchical(topo, make_collective(collective, topo.num_ranks, 1), 1 << 20, sources=sources)
         algorithms = [a for a in result.algorithms if plans is None or a.provenance["plan"] in plans
                       or f"{a.provenance['plan']}-{a.provenance['rail_source']}" in plans]
-        if progress is not None:
-            progress(f"synthesized {len(algorithms)} candidates ({time.process_time() - began:.1f} s CPU)")
+        progress(f"synthesized {len(algorithms)} candidates ({time.process_time() - began:.1f} s CPU)")
     inplace = collective == "allreduce"
     synth_s = time.process_time() - began
     began = time.process_time()
@@ -141,12 +143,10 @@ def compare(topology: str, collective: str, merges: tuple[str, ...], sources: li
             if program is None:
                 continue
             ours.append((name, compile_program(program, target, **opts)))
-            if progress is not None:
-                progress(f"compiled {name} ({time.process_time() - began:.1f} s CPU so far)")
+            progress(f"compiled {name} ({time.process_time() - began:.1f} s CPU so far)")
         except CollsynthError as exc:  # e.g. more threadblocks per channel than MSCCL runs
             failures.append(f"{name}: {str(exc)[:160]}")
-            if progress is not None:
-                progress(f"not compiled {name}: {str(exc)[:160]}")
+            progress(f"not compiled {name}: {str(exc)[:160]}")
     extra = {"inplace": True} if inplace else {}
     lib = []  # compiled with the same option sets as the compositions: both sides get the same search
     for name in LIBRARY[collective]:
@@ -159,8 +159,7 @@ def compare(topology: str, collective: str, merges: tuple[str, ...], sources: li
                 lib.append((label, compile_program(program, target, **opts)))
             except CollsynthError as exc:
                 failures.append(f"{label}: {str(exc)[:160]}")
-            if progress is not None:
-                progress(f"compiled {label} ({time.process_time() - began:.1f} s CPU so far)")
+            progress(f"compiled {label} ({time.process_time() - began:.1f} s CPU so far)")
     compile_s = time.process_time() - began
     began = time.process_time()
     mine, theirs = _side(ours, topo, failures, progress), _side(lib, topo, failures, progress)
