@@ -32,7 +32,8 @@ The model (what a threadblock, a connection, a link and a switch do):
   `local_alpha_us + MB * beta` per tile, beta `local_beta_us_per_mb` for cpy and `reduce_beta_us_per_mb` for re
   (collsynth.core.costs, the one table the exporters share); nop costs nothing.
 
-Everything here is size-independent planning (`plan`) plus one event loop (`run`) driven by a queue of due times.
+The size-independent planning (`plan`) is in `collsynth.sim.planning`; here is the one event loop (`run`), driven by
+a queue of due times.
 """
 
 from __future__ import annotations
@@ -43,55 +44,13 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from collsynth.core.collector import paused_collector
-from collsynth.core.steps import LOCAL_TYPES
-from collsynth.ir import RECEIVING_TYPES, REDUCE, SENDING_TYPES, STEP_TYPES, Algo
-from collsynth.sim import protocol
 from collsynth.sim.nccl import SimError
+from collsynth.sim.planning import Plan, PlannedStep, plan  # noqa: F401  (the engine's API: plan, then run)
 from collsynth.sim.snapshot import Snapshot, fresh, restore, take
 from collsynth.sim.stuck import Waits, describe_stuck
-from collsynth.topologies.model import Topology
 
 # MSCCL/NCCL's per-connection FIFO depth (NCCL_STEPS): sends in flight before the receiver must catch up.
 FIFO_SLOTS = 8
-
-
-class PlannedStep(NamedTuple):
-    """One IR step with every lookup resolved to an index (size-independent). A NamedTuple: the event loop
-    reads its fields once per step and tile, and a large IR has millions of them."""
-
-    cnt: int
-    dep_tb: int = -1  # global threadblock index of the dependency, -1 for none
-    dep_step: int = -1  # position of the dependency step in that threadblock
-    recv_conn: int = -1  # connection this step receives from, -1 for none
-    send_conn: int = -1  # connection this step sends on, -1 for none
-    link: int = -1  # link the send uses
-    switches: tuple[int, ...] = ()  # switches whose budget the send shares
-    alpha_us: float = 0.0  # alpha of the send's link
-    beta_us_per_mb: float = 0.0  # effective beta of the send (link, or a slower switch)
-    local: bool = False  # a standalone cpy / re
-    reduces: bool = False  # a standalone re (its beta is the reduction's)
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The IR flattened for the event loop: global threadblocks 0..T-1 and their steps."""
-
-    labels: tuple[tuple[int, int], ...]  # global tb index -> (rank, tb id)
-    steps: tuple[tuple[PlannedStep, ...], ...]
-    step_labels: tuple[tuple[int, ...], ...]  # the IR's `s` of each planned step (for messages)
-    connections: tuple[tuple[int, int, int], ...]  # connection index -> (sender, receiver, channel)
-    num_links: int
-    switch_lanes: tuple[int, ...]  # lanes (bandwidth) per switch
-
-    def __hash__(self) -> int:
-        """The fields' hash, computed once: the tuner keys its simulations by plan (a hash walks every step).
-        The fields hold only numbers, so the hash is the same in every process."""
-        cached = self.__dict__.get("_hash")
-        if cached is None:
-            cached = hash((self.labels, self.steps, self.step_labels, self.connections, self.num_links,
-                           self.switch_lanes))
-            object.__setattr__(self, "_hash", cached)
-        return cached
 
 
 @dataclass(frozen=True)
@@ -103,131 +62,6 @@ class RunResult:
     tile_end_us: tuple[float, ...]
     step_end_us: tuple[list[float], ...] = ()  # the event loop's own lists (not copied): read, don't change
     snapshot: Snapshot | None = None  # run(keep_for=N): the state the run of N tiles goes on from
-
-
-def plan(ir: Algo, topology: Topology) -> Plan:
-    """Resolve peers to links, dependencies to indices, and check the IR can run (size-independent)."""
-    protocol.check_protocol(ir.proto, f"IR {ir.name!r}")
-    if ir.ngpus != topology.num_ranks:
-        raise SimError(f"IR {ir.name!r} is for {ir.ngpus} GPUs but topology {topology.name!r} has "
-                       f"{topology.num_ranks} ranks; pick a topology of the same size")
-    labels: list[tuple[int, int]] = []
-    index: dict[tuple[int, int], int] = {}
-    positions: dict[tuple[int, int], dict[int, int]] = {}  # (rank, tb id) -> step `s` -> position
-    for gpu in ir.gpus:
-        if not 0 <= gpu.id < topology.num_ranks:
-            raise SimError(f"IR {ir.name!r}: gpu id {gpu.id} is outside 0..{topology.num_ranks - 1}")
-        for tb in gpu.tbs:
-            if (gpu.id, tb.id) in index:
-                raise SimError(f"IR {ir.name!r}: gpu {gpu.id} has two threadblocks with id {tb.id}")
-            index[(gpu.id, tb.id)] = len(labels)
-            labels.append((gpu.id, tb.id))
-            positions[(gpu.id, tb.id)] = {step.s: i for i, step in enumerate(tb.steps)}
-
-    link_ids = {(link.src, link.dst): i for i, link in enumerate(topology.link_list)}
-    switches_of: dict[tuple[int, int], list[int]] = {}
-    for i, switch in enumerate(topology.switches):
-        for pair in switch.links:
-            switches_of.setdefault(pair, []).append(i)
-
-    connections: dict[tuple[int, int, int], int] = {}
-    send_owner: dict[int, tuple[int, int]] = {}
-    recv_owner: dict[int, tuple[int, int]] = {}
-    sends: list[int] = []  # per connection: sending steps on it
-    receives: list[int] = []
-
-    def connection(key: tuple[int, int, int]) -> int:
-        if key not in connections:
-            connections[key] = len(connections)
-            sends.append(0)
-            receives.append(0)
-        return connections[key]
-
-    new_step = tuple.__new__
-    all_steps: list[tuple[PlannedStep, ...]] = []
-    all_step_labels: list[tuple[int, ...]] = []
-    for gpu in ir.gpus:
-        for tb in gpu.tbs:
-            where = f"IR {ir.name!r} gpu {gpu.id} tb {tb.id}"
-            position = positions[(gpu.id, tb.id)]
-            send_conn = recv_conn = -1
-            if any(step.type in SENDING_TYPES for step in tb.steps):
-                if not 0 <= tb.send < topology.num_ranks:
-                    raise SimError(f"{where}: has sending steps but send peer {tb.send}; set the tb's send peer")
-                send_conn = connection((gpu.id, tb.send, tb.chan))
-                if send_conn in send_owner:
-                    other = send_owner[send_conn]
-                    raise SimError(f"{where}: shares the send connection {gpu.id}->{tb.send} channel {tb.chan} "
-                                   f"with tb {other[1]}; give each threadblock its own (peer, channel)")
-                send_owner[send_conn] = (gpu.id, tb.id)
-            if any(step.type in RECEIVING_TYPES for step in tb.steps):
-                if not 0 <= tb.recv < topology.num_ranks:
-                    raise SimError(f"{where}: has receiving steps but recv peer {tb.recv}; set the tb's recv peer")
-                recv_conn = connection((tb.recv, gpu.id, tb.chan))
-                if recv_conn in recv_owner:
-                    other = recv_owner[recv_conn]
-                    raise SimError(f"{where}: shares the receive connection {tb.recv}->{gpu.id} channel "
-                                   f"{tb.chan} with tb {other[1]}; give each threadblock its own (peer, channel)")
-                recv_owner[recv_conn] = (gpu.id, tb.id)
-            link, alpha, beta = -1, 0.0, 0.0
-            switch_ids: tuple[int, ...] = ()
-            if send_conn >= 0:
-                pair = (gpu.id, tb.send)
-                if pair not in link_ids:
-                    raise SimError(f"{where}: sends {gpu.id}->{tb.send} but topology {topology.name!r} has no link "
-                                   "between them; route through a neighbour or use a topology with that link")
-                link = link_ids[pair]
-                topo_link = topology.link_list[link]
-                switch_ids = tuple(switches_of.get(pair, ()))
-                alpha = topo_link.alpha_us
-                beta = max([topo_link.beta_us_per_mb] + [topology.switches[i].beta_us_per_mb for i in switch_ids])
-                if ir.proto != "Simple":  # Simple is the topology's own alpha-beta, bit for bit
-                    alpha *= protocol.latency_scale(ir.proto, topo_link.kind)
-                    beta *= protocol.beta_scale(ir.proto)
-            planned = []
-            for step in tb.steps:
-                if step.type not in STEP_TYPES:
-                    raise SimError(f"{where} step {step.s}: unknown step type {step.type!r}; "
-                                   f"known: {' '.join(STEP_TYPES)}")
-                if step.cnt < 0:
-                    raise SimError(f"{where} step {step.s}: negative count {step.cnt}")
-                dep_tb = dep_step = -1
-                if step.depid >= 0:
-                    if (gpu.id, step.depid) not in index:
-                        raise SimError(f"{where} step {step.s}: depends on tb {step.depid}, which gpu {gpu.id} "
-                                       "does not have")
-                    dep_tb = index[(gpu.id, step.depid)]
-                    dep_positions = positions[(gpu.id, step.depid)]
-                    if step.deps not in dep_positions:
-                        raise SimError(f"{where} step {step.s}: depends on step {step.deps} of tb {step.depid}, "
-                                       "which does not exist")
-                    dep_step = dep_positions[step.deps]
-                    if dep_tb == index[(gpu.id, tb.id)] and dep_step >= position[step.s]:
-                        raise SimError(f"{where} step {step.s}: depends on a later step of its own threadblock")
-                sending = step.type in SENDING_TYPES
-                receiving = step.type in RECEIVING_TYPES
-                if sending:
-                    sends[send_conn] += 1
-                if receiving:
-                    receives[recv_conn] += 1
-                # tuple.__new__: PlannedStep's own __new__ is Python code, and a large IR has many steps
-                if sending:
-                    planned.append(new_step(PlannedStep, (step.cnt, dep_tb, dep_step, recv_conn if receiving else -1,
-                                                          send_conn, link, switch_ids, alpha, beta, False, False)))
-                else:
-                    planned.append(new_step(PlannedStep, (step.cnt, dep_tb, dep_step, recv_conn if receiving else -1,
-                                                          -1, -1, (), 0.0, 0.0, step.type in LOCAL_TYPES,
-                                                          step.type == REDUCE)))
-            all_steps.append(tuple(planned))
-            all_step_labels.append(tuple(step.s for step in tb.steps))
-    conn_list = sorted(connections, key=connections.__getitem__)
-    for key, conn in connections.items():
-        if sends[conn] != receives[conn]:
-            raise SimError(f"IR {ir.name!r}: connection {key[0]}->{key[1]} channel {key[2]} carries {sends[conn]} "
-                           f"sends but {receives[conn]} receives; every send needs exactly one matching receive")
-    return Plan(labels=tuple(labels), steps=tuple(all_steps), step_labels=tuple(all_step_labels),
-                connections=tuple(conn_list), num_links=len(topology.link_list),
-                switch_lanes=tuple(max(1, switch.bandwidth) for switch in topology.switches))
 
 
 class NotFaster(Exception):  # noqa: N818 - a verdict, not a failure: the caller asked to stop here
@@ -266,7 +100,7 @@ def _run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, lo
     ntbs = len(steps)
     nsteps = [len(tb) for tb in steps]
     total = [n * ntiles for n in nsteps]
-    nconn = len(plan_.connections)
+    widths = _layout(plan_).widths
     params = (slice_mb, fifo_slots, local_alpha_us, local_beta_us_per_mb, reduce_beta_us_per_mb)
     stop = stop_at * (1 + STOP_MARGIN)
     stopping = math.isfinite(stop)
@@ -280,25 +114,20 @@ def _run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, lo
     dep_waiters: list[dict[int, list[int]]]
     due: dict[float, list[int]]
     (pc, free, done, dep_waiters, arrivals, conn_waiter, consumed, slot_waiter, link_free, lanes, tile_end, times,
-     due, to_go) = (fresh(total, ntiles, nconn, plan_.num_links, plan_.switch_lanes) if resume is None
-                    else restore(resume, ntiles, nsteps))
-    work = _work(plan_, slice_mb, done, dep_waiters, local_alpha_us=local_alpha_us,
+     due, to_go) = (fresh(total, ntiles, widths, plan_.num_links, plan_.switch_lanes) if resume is None
+                    else restore(resume, ntiles, nsteps, widths))
+    work = _work(plan_, slice_mb, fifo_slots, done, dep_waiters, arrivals, consumed, local_alpha_us=local_alpha_us,
                  local_beta_us_per_mb=local_beta_us_per_mb, reduce_beta_us_per_mb=reduce_beta_us_per_mb)
     if stopping and resume is None:
         for tb_work in work:
             for item in tb_work:
-                if item[6] >= 0:  # a send: its link, its transfer time (over the tiles whose bound this is)
-                    to_go[item[8]] += item[9] * (keep_for or ntiles)
+                if item[8] >= 0:  # a send: its link, its transfer time (over the tiles whose bound this is)
+                    to_go[item[13]] += item[14] * (keep_for or ntiles)
     proved: float | None = None if resume is None else resume.proved
     if proved is not None:
         stopping = False
-    slots = fifo_slots if fifo_slots is not None else -1
-    bounded = slots >= 0
     kept: Snapshot | None = None
-    # a connection has one sending and one receiving threadblock, which run their steps in order: the k-th
-    # receive (send) on it is tile * (receives per tile) + the step's rank among its threadblock's receives
-    tbs = [(work[g], nsteps[g], total[g], done[g], dep_waiters[g], sum(1 for st in steps[g] if st.recv_conn >= 0),
-            sum(1 for st in steps[g] if st.send_conn >= 0)) for g in range(ntbs)]
+    tbs = [(work[g], nsteps[g], total[g], done[g], dep_waiters[g]) for g in range(ntbs)]
     queued: list[int] | None
     push = heapq.heappush
     pop = heapq.heappop
@@ -313,12 +142,13 @@ def _run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, lo
         if not bucket:
             pop(times)
             del due[t]
-        tb_work, n, end, done_g, waiters, per_tile_r, per_tile_s = tbs[g]
+        tb_work, n, end, done_g, waiters = tbs[g]
         p = pc[g]
         f = free[g]
         tile, s = divmod(p, n)
         while p != end:
-            dep_done, dep_waiting, dep_n, dep_step, rc, r_at, sc, s_at, link, dur, switches = tb_work[s]
+            (dep_done, dep_waiting, dep_n, dep_step, rc, sent, sent_n, sent_at, sc, freed, freed_n, freed_tile,
+             freed_at, link, dur, switches, mirrors) = tb_work[s]
             ready = f
             if dep_done is not None:
                 di = tile * dep_n + dep_step
@@ -328,23 +158,20 @@ def _run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, lo
                     break
                 if d > ready:
                     ready = d
-            if rc >= 0:
-                arrived = arrivals[rc]
-                k = tile * per_tile_r + r_at
-                if k >= len(arrived):
+            if rc >= 0:  # the arrival of the matching send (-1: not sent yet)
+                d = sent[tile * sent_n + sent_at]
+                if d < 0.0:
                     conn_waiter[rc] = g
                     break
-                if arrived[k] > ready:
-                    ready = arrived[k]
-            if sc >= 0 and bounded:
-                j = tile * per_tile_s + s_at - slots  # this send takes the slot that receive j frees
-                if j >= 0:
-                    freed = consumed[sc]
-                    if j >= len(freed):
-                        slot_waiter[sc] = g
-                        break
-                    if freed[j] > ready:
-                        ready = freed[j]
+                if d > ready:
+                    ready = d
+            if freed is not None and tile >= freed_tile:  # the finish of the receive that frees this send's slot
+                d = freed[(tile - freed_tile) * freed_n + freed_at]
+                if d < 0.0:
+                    slot_waiter[sc] = g
+                    break
+                if d > ready:
+                    ready = d
             if ready > t:
                 if times and ready >= times[0]:
                     queued = due.get(ready)
@@ -374,7 +201,6 @@ def _run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, lo
                 if switches:
                     for sw in switches:
                         replace(lanes[sw], finish)
-                arrivals[sc].append(finish)
                 w = conn_waiter[sc]
                 if w >= 0:
                     conn_waiter[sc] = -1
@@ -386,8 +212,7 @@ def _run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, lo
                         queued.append(w)
             else:
                 finish = t + dur  # a standalone local step's time; 0.0 for the others
-            if rc >= 0 and bounded:
-                consumed[rc].append(finish)  # the receiving step is done with its slot
+            if rc >= 0:  # the receiving step is done with its slot
                 w = slot_waiter[rc]
                 if w >= 0:
                     slot_waiter[rc] = -1
@@ -398,6 +223,9 @@ def _run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, lo
                     else:
                         queued.append(w)
             done_g[p] = finish
+            if mirrors is not None:  # a connection that _layout does not match (see there)
+                for mirror, width, at in mirrors:
+                    mirror[tile * width + at] = finish
             if waiters:
                 waiting = waiters.pop(p, None)
                 if waiting:
@@ -445,38 +273,107 @@ def _run(plan_: Plan, slice_mb: float, ntiles: int, *, local_alpha_us: float, lo
                      step_end_us=tuple(done), snapshot=kept)
 
 
-_WorkItem = tuple[list[float] | None, dict[int, list[int]], int, int, int, int, int, int, int, float,
-                  tuple[int, ...]]
+class _Layout(NamedTuple):
+    """Per connection: its sending and receiving threadblock (-1: none), the positions in a tile of that one's
+    sends and this one's receives, and the width of its mirror lists (0: none; see `_layout`)."""
+
+    senders: list[int]
+    receivers: list[int]
+    sends: list[list[int]]
+    receives: list[list[int]]
+    widths: list[int]
+
+
+def _layout(plan_: Plan) -> _Layout:
+    """Where the loop reads a connection's arrivals and freed slots (made once per plan).
+
+    A connection has one sending and one receiving threadblock, which run their steps in order, so its k-th
+    send is the sender's send number k % s of tile k // s (s: its sends per tile), and likewise for receives.
+    Where a tile has as many receives as sends on the connection (`plan` makes every connection so: it checks
+    that the IR's counts match), the k-th receive of tile t takes the k-th send of the same tile: the loop
+    reads the arrival straight from the sender's finish times, and the freed slot from the receiver's. Other
+    plans (the engine's tests build them) get a mirror list per connection, `width` entries a tile, that the
+    steps write their finish times into as they run: the arrivals indexed by send, the receives' finishes by
+    receive."""
+    cached: _Layout | None = plan_.__dict__.get("_layout")
+    if cached is None:
+        nconn = len(plan_.connections)
+        cached = _Layout([-1] * nconn, [-1] * nconn, [[] for _ in range(nconn)], [[] for _ in range(nconn)], [])
+        for g, tb in enumerate(plan_.steps):
+            for i, st in enumerate(tb):
+                if st.send_conn >= 0:
+                    cached.senders[st.send_conn] = g
+                    cached.sends[st.send_conn].append(i)
+                if st.recv_conn >= 0:
+                    cached.receivers[st.recv_conn] = g
+                    cached.receives[st.recv_conn].append(i)
+        cached.widths.extend(0 if len(s) == len(r) else max(len(s), len(r))
+                             for s, r in zip(cached.sends, cached.receives, strict=True))
+        object.__setattr__(plan_, "_layout", cached)
+    return cached
+
+
+_WorkItem = tuple[list[float] | None, dict[int, list[int]], int, int, int, list[float], int, int, int,
+                  list[float] | None, int, int, int, int, float, tuple[int, ...],
+                  tuple[tuple[list[float], int, int], ...] | None]
 
 
 _NO_WAITERS: dict[int, list[int]] = {}  # a step without a dependency (never read: its dependency is None)
+_NO_TIMES: list[float] = []  # a step without a receive (never read)
 
 
-def _work(plan_: Plan, slice_mb: float, done: list[list[float]], dep_waiters: list[dict[int, list[int]]], *,
+def _work(plan_: Plan, slice_mb: float, fifo_slots: int | None, done: list[list[float]],
+          dep_waiters: list[dict[int, list[int]]], arrivals: list[list[float]], consumed: list[list[float]], *,
           local_alpha_us: float, local_beta_us_per_mb: float,
           reduce_beta_us_per_mb: float | None) -> list[list[_WorkItem]]:
     """Per step, what the event loop reads: its dependency's finish times and waiters (None: no dependency),
-    that threadblock's steps and the dependency's position; its receive connection and its rank among its
-    threadblock's receives; its send connection and its rank among the sends; its link, its duration (its
-    transfer's, a standalone local step's, else 0) and its switches."""
+    that threadblock's steps and the dependency's position; its receive connection and where the matching send's
+    arrival is (a list, its entries per tile, the position in the tile); its send connection and where the finish
+    of the receive that frees its FIFO slot is (None: unbounded FIFOs; a list, its entries per tile, how many
+    tiles back, the position in the tile); its link, its duration (its transfer's, a standalone local step's,
+    else 0), its switches, and the mirror lists it writes its finish time into (None: none)."""
     reduce_beta = local_beta_us_per_mb if reduce_beta_us_per_mb is None else reduce_beta_us_per_mb
+    layout = _layout(plan_)
     nsteps = [len(tb) for tb in plan_.steps]
     work = []
     for tb in plan_.steps:
         items = []
         r_at = s_at = 0
         for st in tb:
-            dg = st.dep_tb
-            if st.send_conn >= 0:
+            dg, rc, sc = st.dep_tb, st.recv_conn, st.send_conn
+            if sc >= 0:
                 dur = st.alpha_us + st.cnt * slice_mb * st.beta_us_per_mb
             elif st.local:
                 dur = local_alpha_us + st.cnt * slice_mb * (reduce_beta if st.reduces else local_beta_us_per_mb)
             else:
                 dur = 0.0
+            mirrors = []
+            sent, sent_n, sent_at = _NO_TIMES, 0, 0
+            if rc >= 0 and layout.widths[rc]:
+                sent, sent_n, sent_at = arrivals[rc], len(layout.receives[rc]), r_at
+                if fifo_slots is not None:
+                    mirrors.append((consumed[rc], sent_n, r_at))
+            elif rc >= 0:
+                sender = layout.senders[rc]
+                sent, sent_n, sent_at = done[sender], nsteps[sender], layout.sends[rc][r_at]
+            freed: list[float] | None = None
+            freed_n = freed_tile = freed_at = 0
+            if sc >= 0:
+                per_tile = len(layout.sends[sc])
+                if layout.widths[sc]:
+                    mirrors.append((arrivals[sc], per_tile, s_at))
+                if fifo_slots is not None:  # the send number k takes the slot that the receive number k - slots frees
+                    back, at = divmod(s_at - fifo_slots, per_tile)
+                    freed_tile = -back
+                    if layout.widths[sc]:
+                        freed, freed_n, freed_at = consumed[sc], per_tile, at
+                    else:
+                        receiver = layout.receivers[sc]
+                        freed, freed_n, freed_at = done[receiver], nsteps[receiver], layout.receives[sc][at]
             items.append((done[dg] if dg >= 0 else None, dep_waiters[dg] if dg >= 0 else _NO_WAITERS,
-                          nsteps[dg] if dg >= 0 else 0, st.dep_step, st.recv_conn, r_at, st.send_conn, s_at,
-                          st.link, dur, st.switches))
-            r_at += st.recv_conn >= 0
-            s_at += st.send_conn >= 0
+                          nsteps[dg] if dg >= 0 else 0, st.dep_step, rc, sent, sent_n, sent_at, sc, freed, freed_n,
+                          freed_tile, freed_at, st.link, dur, st.switches, tuple(mirrors) or None))
+            r_at += rc >= 0
+            s_at += sc >= 0
         work.append(items)
     return work

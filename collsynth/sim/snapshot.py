@@ -45,11 +45,12 @@ class Snapshot:
     proved: float | None  # the bound that stopped the longer run before this point (None: not stopped)
 
 
-def fresh(total: list[int], ntiles: int, nconn: int, num_links: int, switch_lanes: tuple[int, ...]) -> State:
+def fresh(total: list[int], ntiles: int, widths: list[int], num_links: int, switch_lanes: tuple[int, ...]) -> State:
     """The loop's state at the start. pc: per threadblock, the next (tile * steps + step) to run; free: when its
     previous step finished; done: the finish time of each of its (tile, step), -1 while unknown; dep_waiters: per
-    threadblock, its step -> the threadblocks waiting for it; arrivals (consumed): the arrival times of each
-    connection's sends (finish times of its receives); conn_waiter (slot_waiter): the receiver waiting for a
+    threadblock, its step -> the threadblocks waiting for it; arrivals (consumed): per connection, the arrival
+    times of its sends (finish times of its receives) by number, -1 while unknown, `widths` a tile (0: the loop
+    reads them from `done`, collsynth.sim.engine._layout); conn_waiter (slot_waiter): the receiver waiting for a
     message (the sender waiting for a free slot) on the connection, -1 for none; link_free: when each link is
     next free; lanes: per switch, a min-heap of lane free times; tile_end: when each tile's last step finished.
     The event queue: the distinct times at which threadblocks are due (`times`, a heap of floats) and, per time,
@@ -59,7 +60,8 @@ def fresh(total: list[int], ntiles: int, nconn: int, num_links: int, switch_lane
     ntbs = len(total)
     first = [g for g in range(ntbs) if total[g]]
     return ([0] * ntbs, [0.0] * ntbs, [[-1.0] * t for t in total], [{} for _ in range(ntbs)],
-            [[] for _ in range(nconn)], [-1] * nconn, [[] for _ in range(nconn)], [-1] * nconn, [0.0] * num_links,
+            [[-1.0] * (w * ntiles) for w in widths], [-1] * len(widths), [[-1.0] * (w * ntiles) for w in widths],
+            [-1] * len(widths), [0.0] * num_links,
             [[0.0] * b for b in switch_lanes], [0.0] * ntiles, [0.0] if first else [], {0.0: first},
             [0.0] * num_links)
 
@@ -79,13 +81,15 @@ def take(snap: Snapshot) -> Snapshot:
                     _copy(snap.state), snap.proved)
 
 
-def restore(snap: Snapshot, ntiles: int, nsteps: list[int]) -> State:
+def restore(snap: Snapshot, ntiles: int, nsteps: list[int], widths: list[int]) -> State:
     """The state a run of `ntiles` (> snap.ntiles) tiles goes on from: a copy, its per-tile lists grown, and
     threadblock `g` first in the queue at `t` (see the module's docstring)."""
     (pc, free, done, dep_waiters, arrivals, conn_waiter, consumed, slot_waiter, link_free, lanes, tile_end, times,
      due, to_go) = _copy(snap.state)
     grow = ntiles - snap.ntiles
     done = [d + [-1.0] * (n * grow) for d, n in zip(done, nsteps, strict=True)]
+    arrivals = [a + [-1.0] * (w * grow) for a, w in zip(arrivals, widths, strict=True)]
+    consumed = [c + [-1.0] * (w * grow) for c, w in zip(consumed, widths, strict=True)]
     if snap.t in due:
         due[snap.t].insert(0, snap.g)
     else:

@@ -137,7 +137,8 @@ def tune_size(evaluator: Evaluator, size: int, grid: Grid | None = None,
     (from `warm`'s resource values when given, e.g. the previous size's best). `descents`: descend only from
     that many of the best (candidate, protocol) starting points (None: the better half, rounded up; AutoCCL
     likewise prunes implementations whose starting point is already far behind)."""
-    with paused_collector():  # compiled IRs and plans pile up in the evaluator: nothing cyclic to free
+    # compiled IRs and plans pile up in the evaluator: nothing cyclic to free (and nothing to scan at the end)
+    with paused_collector(promote=True):
         return _tune_size(evaluator, size, grid or Grid(), warm, descents)
 
 
@@ -186,7 +187,7 @@ def _warm_start(start: Config, warm: Config, grid: Grid, candidate: Candidate) -
 
 def exhaustive_size(evaluator: Evaluator, size: int, grid: Grid | None = None) -> SizeResult:
     """Every configuration of the grid at `size` (the reference the tuner is measured against)."""
-    with paused_collector():
+    with paused_collector(promote=True):
         return _exhaustive_size(evaluator, size, grid or Grid())
 
 

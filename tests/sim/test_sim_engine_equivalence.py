@@ -97,6 +97,23 @@ def test_the_generator_makes_runs_that_finish_and_runs_that_do_not() -> None:
     assert seen == {"tuple", "str"}
 
 
+def test_the_generator_makes_connections_of_both_kinds() -> None:
+    """Connections with as many receives as sends per tile (the loop reads arrivals and freed slots from the
+    peer's finish times) and connections without (it reads them from mirror lists): both ways are covered."""
+    seen = set()
+
+    @settings(max_examples=150, deadline=None)
+    @given(plan_=plans())
+    def collect(plan_: Plan) -> None:
+        layout = engine._layout(plan_)
+        for conn in range(len(plan_.connections)):
+            if layout.sends[conn] and layout.receives[conn]:
+                seen.add("mirrored" if layout.widths[conn] else "matched")
+
+    collect()
+    assert seen == {"matched", "mirrored"}
+
+
 @pytest.mark.parametrize("instances, protocol, fusion", [(1, "Simple", True), (2, "LL", False), (3, "LL128", True)])
 def test_compiled_library_programs_run_as_the_reference_runs_them(instances: int, protocol: str, fusion: bool) -> None:
     from collsynth.topologies import resolve_topology

@@ -119,8 +119,8 @@ def test_the_threadblock_that_went_on_is_first_at_its_time() -> None:
     reference = outcome(reference_run, plan_, 3, 0.25, 8, math.inf)
     assert resumed(plan_, 1, 3, 0.25, 8, math.inf) == reference
 
-    def restore_last(snap: snapshot.Snapshot, ntiles: int, nsteps: list[int]) -> snapshot.State:
-        state = snapshot.restore(snap, ntiles, nsteps)
+    def restore_last(snap: snapshot.Snapshot, ntiles: int, nsteps: list[int], widths: list[int]) -> snapshot.State:
+        state = snapshot.restore(snap, ntiles, nsteps, widths)
         bucket = state[12][snap.t]
         bucket.append(bucket.pop(0))
         return state
