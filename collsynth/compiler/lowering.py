@@ -53,7 +53,7 @@ from collsynth.ir import (
     Threadblock,
     coll_spelling,
 )
-from collsynth.ir.table import BATCH, STEP_FIELDS, GpuColumns, keep_table, table_of
+from collsynth.ir.table import STEP_FIELDS, GpuColumns, keep_table, table_of
 from collsynth.language.buffers import INPUT, OUTPUT
 from collsynth.language.program import Program, buffer_size
 
@@ -395,13 +395,18 @@ def lower_to_ir(tbprog: TbProgram) -> Algo:
     (collsynth.ir.table, for the checks that follow) is made here from the same columns the steps are made from,
     and kept with the IR; where a column holds a value the table refuses (not an integer), it is not kept, and
     the checks read the IR's steps themselves, as for any IR."""
-    gpus, gpu_columns = [], list(map(_gpu_columns, tbprog.gpus))
-    steps = iter(_steps_of_columns(gpu_columns))
+    gpus, gpu_columns = [], []
     for rank, tbs in enumerate(tbprog.gpus):
-        threadblocks = [Threadblock(t, tb.send, tb.recv, tb.chan, tuple(islice(steps, len(tb.types))))
-                        for t, tb in enumerate(tbs)]
+        columns = _gpu_columns(tbs)
+        steps, at = _steps_of_columns(columns), 0
+        threadblocks = []
+        for t, tb in enumerate(tbs):
+            n = len(tb.types)
+            threadblocks.append(Threadblock(t, tb.send, tb.recv, tb.chan, tuple(steps[at:at + n])))
+            at += n
         i_chunks, o_chunks, s_chunks = tbprog.sizes[rank]
         gpus.append(Gpu(rank, i_chunks, o_chunks, s_chunks, tuple(threadblocks)))
+        gpu_columns.append(columns)
     meta = (("compiler", "collsynth"), ("program", tbprog.name), ("instances", str(tbprog.instances)),
             ("collective", collective_json(tbprog.collective)))
     ir = Algo(tbprog.name, coll_spelling(tbprog.collective.name), tbprog.proto, tbprog.nchannels,
@@ -453,23 +458,16 @@ def _table_columns(tbs: Sequence[LTb], columns: _GpuColumns) -> GpuColumns:
     return rows, {name: fields_of[name]() for name in STEP_FIELDS}, sum(lengths)
 
 
-def _steps_of_columns(gpu_columns: Sequence[_GpuColumns]) -> Iterable[Step]:
-    """The IR steps of every GPU's threadblocks, one after another, made a field at a time from their columns: each
-    field of every step of a batch of GPUs (table.BATCH steps or more, or all) is stored by one `map` that runs in
-    C (no Python call per step, a few per batch: the tuner's small IRs have many short threadblocks on few GPUs);
-    a batch's steps stay in cache meanwhile. The same steps as `step_of_fields` per step."""
-    at = 0
-    while at < len(gpu_columns):
-        end, count = at, 0
-        while end < len(gpu_columns) and (count < BATCH or end == at):
-            count += sum(gpu_columns[end][1])
-            end += 1
-        batch = gpu_columns[at:end]
-        steps = list(map(object.__new__, repeat(Step, count)))
-        for store, name in zip(_STEP_SLOTS, STEP_FIELDS, strict=True):
-            deque(map(store, steps, chain.from_iterable(fields_of[name]() for _, _, fields_of in batch)), maxlen=0)
-        yield from steps
-        at = end
+def _steps_of_columns(columns: _GpuColumns) -> list[Step]:
+    """The IR steps of one GPU's threadblocks, one after another, made a field at a time from their columns: each
+    field of every step is stored by one `map` that runs in C (no Python call per step, a few per GPU: the
+    tuner's small IRs have many short threadblocks); one GPU's steps stay in cache meanwhile. The same steps as
+    `step_of_fields` per step."""
+    _, lengths, fields_of = columns
+    steps = list(map(object.__new__, repeat(Step, sum(lengths))))
+    for store, name in zip(_STEP_SLOTS, STEP_FIELDS, strict=True):
+        deque(map(store, steps, fields_of[name]()), maxlen=0)
+    return steps
 
 
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)

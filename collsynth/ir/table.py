@@ -120,27 +120,24 @@ def _read(ir: Algo) -> StepTable:
 
 
 def table_of(ngpus: int, gpus: Iterable[GpuColumns]) -> StepTable:
-    """The table of `ngpus` GPUs' columns, read (lazily) a few GPUs at a time: their steps' fields, each an
-    iterable in (tb, step) order, are gathered into lists of at least `BATCH` steps (or all), each list then read by
-    numpy at once (few numpy calls for a small IR, bounded lists for a large one). `_read` gives it the fields of an
-    IR's Steps; lower_to_ir gives it the very values it stored into those Steps' fields (the same table, made
-    without reading them back)."""
+    """The table of `ngpus` GPUs' columns, made (lazily) a GPU at a time: its steps' fields, each an iterable in
+    (tb, step) order, stay in cache while they are read. `_read` gives it the fields of an IR's Steps; lower_to_ir
+    gives it the very values it stored into those Steps' fields (the same table, made without reading them back)."""
     tb_rows: list[TbRow] = []
     tb_count = np.zeros(ngpus, dtype=np.int64)
     parts: dict[str, list[np.ndarray]] = {name: [] for name in STEP_FIELDS}
-    pending: dict[str, list[object]] = {name: [] for name in STEP_FIELDS}
-    waiting = 0
     for g, (rows, columns, n) in enumerate(gpus):
         tb_rows.extend(rows)
         tb_count[g] = len(rows)
         for name in STEP_FIELDS:
-            pending[name].extend(columns[name])
-        waiting += n
-        if waiting >= BATCH:
-            _read_batch(pending, waiting, parts)
-            waiting = 0
-    if waiting:
-        _read_batch(pending, waiting, parts)
+            values = columns[name]
+            if name in ("type", "srcbuf", "dstbuf"):
+                code: dict[object, int] = TYPE_CODE if name == "type" else BUFFER_CODE  # type: ignore[assignment]
+                parts[name].append(np.fromiter(map(code.get, values, repeat(-1)), dtype=np.int8, count=n))
+            elif name == "hasdep":
+                parts[name].append(np.fromiter(values, dtype=bool, count=n))  # type: ignore[call-overload]
+            else:
+                parts[name].append(_int_column(values, n))
     col = {name: np.concatenate(arrays) if arrays else np.empty(0, dtype=np.int8 if name in ("type", "srcbuf",
            "dstbuf") else bool if name == "hasdep" else np.int64) for name, arrays in parts.items()}
     ntbs = len(tb_rows)
@@ -154,22 +151,3 @@ def table_of(ngpus: int, gpus: Iterable[GpuColumns]) -> StepTable:
         tb_id=_ints((row[0] for row in tb_rows), ntbs), tb_send=_ints((row[1] for row in tb_rows), ntbs),
         tb_recv=_ints((row[2] for row in tb_rows), ntbs), tb_chan=_ints((row[3] for row in tb_rows), ntbs),
         tb_first=tb_first, step_tb=np.repeat(np.arange(ntbs), lengths), **col)
-
-
-BATCH = 1 << 15  # steps per batch of table_of (about a megabyte of lists)
-
-
-def _read_batch(pending: dict[str, list[object]], count: int, parts: dict[str, list[np.ndarray]]) -> None:
-    """Each field's `count` pending values as an array, appended to its parts; the pending lists are emptied."""
-    for name in STEP_FIELDS:
-        values = pending[name]
-        if len(values) != count:
-            raise ValueError(f"{len(values)} values of {name}, not {count}")
-        if name in ("type", "srcbuf", "dstbuf"):
-            code: dict[object, int] = TYPE_CODE if name == "type" else BUFFER_CODE  # type: ignore[assignment]
-            parts[name].append(np.fromiter(map(code.get, values, repeat(-1)), dtype=np.int8, count=count))
-        elif name == "hasdep":
-            parts[name].append(np.fromiter(values, dtype=bool, count=count))  # type: ignore[call-overload]
-        else:
-            parts[name].append(_int_column(values, count))
-        values.clear()
