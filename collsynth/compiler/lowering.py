@@ -34,15 +34,17 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields, replace
 from functools import partial
-from itertools import accumulate, chain, compress, islice, repeat
+from itertools import chain, compress, islice, repeat
 from operator import add, attrgetter, itemgetter
 from typing import NamedTuple
+
+import numpy as np
 
 from collsynth.collectives import Collective
 from collsynth.compiler.dag import Instr
 from collsynth.compiler.deps import Dep, Dependencies, Waits
-from collsynth.compiler.instances import Access, cross_instance_waits, uncovered
-from collsynth.compiler.placement import StepRef, TbPlan
+from collsynth.compiler.instances import cross_instance_waits, instance_waits
+from collsynth.compiler.placement import TbPlan
 from collsynth.ir import (
     NOP,
     Algo,
@@ -156,7 +158,7 @@ def replicate_instances(dependencies: Dependencies, program: Program) -> TbProgr
     placement = dependencies.placement
     coll = program.collective
     copies = program.instances
-    instrs, runs_at = placement.dag.instrs, placement.at if copies > 1 else ()  # (made per call: only if used)
+    instrs = placement.dag.instrs
     interleaved = program.options.interleaved_replication
     per_instance = 1 + max((tb.chan for tbs in placement.tbs for tb in tbs), default=0)
     sizes = {INPUT: buffer_size(coll, INPUT), OUTPUT: buffer_size(coll, OUTPUT)}
@@ -176,16 +178,14 @@ def replicate_instances(dependencies: Dependencies, program: Program) -> TbProgr
     names = {buf: ir for layout in layouts for buf, (ir, _, _) in layout.items()}
     if any(start for layout in layouts for _, start, _ in layout.values()):  # a rank has two scratch buffers
         names = {}
-    gpus = []
-    for rank, (tbs, rank_waits) in enumerate(zip(placement.tbs, dependencies.waits, strict=True)):
-        # Threadblocks are numbered by (send, recv, chan), then by their order in the placement: number them
-        # first, so every wait names its final threadblock as it is made.
-        keys = sorted(((tb.send, tb.recv, tb.chan + k * per_instance), t * copies + k)
-                      for t, tb in enumerate(tbs) for k in range(copies))
-        new_id = [0] * len(keys)
-        for new, (_, old) in enumerate(keys):
-            new_id[old] = new
-        made: list[LTb] = [None] * len(keys)  # type: ignore[list-item]
+    # Threadblocks are numbered by (send, recv, chan), then by their order in the placement: number them first, so
+    # every wait names its final threadblock as it is made.
+    new_ids = [_numbered(tbs, copies, per_instance) for tbs in placement.tbs]
+    # where instances overlap, every instance's waits at once (else each is its own instance's, renamed)
+    overlaps = instance_waits(placement, dependencies.waits, copies, cross, new_ids) if cross else None
+    gpus, placed = [], 0
+    for rank, (tbs, rank_waits, new_id) in enumerate(zip(placement.tbs, dependencies.waits, new_ids, strict=True)):
+        made: list[LTb] = [None] * len(new_id)  # type: ignore[list-item]
         if copies == 1:  # the usual case: every step as it is, on its buffer's IR buffer
             renumber = None if new_id == list(range(len(new_id))) else new_id
             for t, (tb, tb_waits) in enumerate(zip(tbs, rank_waits, strict=True)):
@@ -193,14 +193,27 @@ def replicate_instances(dependencies: Dependencies, program: Program) -> TbProgr
             gpus.append(tuple(made))
             continue
         for t, (tb, tb_waits) in enumerate(zip(tbs, rank_waits, strict=True)):
-            steps_of = _many_instances(tb.instrs, tb_waits, instrs, layouts[rank], new_id, copies, interleaved,
-                                       cross, runs_at)
-            for k, steps in enumerate(steps_of):
-                made[new_id[t * copies + k]] = LTb.of_steps(tb.send, tb.recv, tb.chan + k * per_instance, steps)
+            at = (placed + t) * copies
+            own = overlaps[at:at + copies] if overlaps is not None else None
+            for k, columns in enumerate(_many_instances(tb.instrs, tb_waits, instrs, layouts[rank], new_id, copies,
+                                                        interleaved, own)):
+                made[new_id[t * copies + k]] = LTb(tb.send, tb.recv, tb.chan + k * per_instance, *columns)
         gpus.append(tuple(made))
+        placed += len(tbs)
     gpu_sizes = tuple((coll.input_chunks * copies, coll.output_chunks * copies, at) for at in scratch_sizes)
     return TbProgram(program.name, instance_collective(coll, copies), program.protocol, coll.inplace, copies,
                      tuple(gpus), gpu_sizes, placement.dag.source)
+
+
+def _numbered(tbs: Sequence[TbPlan], copies: int, per_instance: int) -> list[int]:
+    """The number of every threadblock instance (placed threadblock t, instance k: at t * copies + k) on its rank:
+    by (send, recv, chan), then by that place."""
+    keys = sorted(((tb.send, tb.recv, tb.chan + k * per_instance), t * copies + k)
+                  for t, tb in enumerate(tbs) for k in range(copies))
+    new_id = [0] * len(keys)
+    for new, (_, old) in enumerate(keys):
+        new_id[old] = new
+    return new_id
 
 
 def _one_instance(tb: TbPlan, tb_waits: tuple[Waits, ...], instrs: tuple[Instr, ...],
@@ -235,58 +248,42 @@ _IR_BUF, _START = itemgetter(0), itemgetter(1)
 
 def _many_instances(members: tuple[int, ...], tb_waits: tuple[Waits, ...], instrs: tuple[Instr, ...],
                     layout: dict[str, tuple[str, int, int]], new_id: list[int], copies: int, interleaved: bool,
-                    cross: dict[Access, tuple[Access, ...]], runs_at: tuple[StepRef, ...]) -> list[tuple[LStep, ...]]:
-    """The steps of one threadblock's `copies` instances (see the module docstring), per instance."""
-    # Instance k of a step reads and writes at (first offset) + k * (stride): each step's part is computed once,
-    # and so are its own instance's waits as uncovered reads them (the latest per threadblock, by threadblock:
-    # threadblock dt of instance k is dt * copies + k, the same order for every k).
-    parts = []
-    for i, waits in zip(members, tb_waits, strict=True):
-        ins = instrs[i]
-        cnt = ins.cnt
-        sb, sstart, ssize = layout[ins.src_buf]
-        db, dstart, dsize = layout[ins.dst_buf]
-        own: Waits | list[Dep] = waits
-        if cross and len(waits) > 1:
-            latest: dict[int, int] = {}
-            for dt, ds in waits:
-                if ds > latest.get(dt, -1):
-                    latest[dt] = ds
-            own = sorted(latest.items())
-        if interleaved:
-            parts.append((i, ins.kind, sb, sstart + ins.src_off * copies, cnt, db, dstart + ins.dst_off * copies, cnt,
-                          cnt, waits, own, ins.line))
-        else:
-            parts.append((i, ins.kind, sb, sstart + ins.src_off, ssize, db, dstart + ins.dst_off, dsize, cnt, waits,
-                          own, ins.line))
+                    overlaps: Sequence[tuple[Waits, ...]] | None) -> list[tuple]:  # type: ignore[type-arg]
+    """The steps of one threadblock's `copies` instances (see the module docstring), per instance: its LTb's
+    columns after send, recv and chan. Only the offsets and the waits differ between instances: the other
+    columns are made once and shared. `overlaps`: each instance's waits where instances overlap (instance_waits),
+    else None: each instance's own waits, renamed."""
+    if not members:
+        return [((),) * 9] * copies  # (instance_waits: none either)
+    rows = [instrs[i] for i in members]
+    kinds, src_bufs, dst_bufs, cnts, lines = (tuple(map(getter, rows)) for getter in _KIND_BUFS_CNT_LINE)
+    src, dst = [layout[b] for b in src_bufs], [layout[b] for b in dst_bufs]
+    srcbufs, dstbufs = tuple(map(_IR_BUF, src)), tuple(map(_IR_BUF, dst))
+    # Instance k of a step reads and writes at (first offset) + k * (stride)
+    if interleaved:
+        src_first = [start + ins.src_off * copies for (_, start, _), ins in zip(src, rows, strict=True)]
+        dst_first = [start + ins.dst_off * copies for (_, start, _), ins in zip(dst, rows, strict=True)]
+        src_stride = dst_stride = cnts
+    else:
+        src_first = [start + ins.src_off for (_, start, _), ins in zip(src, rows, strict=True)]
+        dst_first = [start + ins.dst_off for (_, start, _), ins in zip(dst, rows, strict=True)]
+        src_stride, dst_stride = tuple(map(_SIZE, src)), tuple(map(_SIZE, dst))
+    hasdeps = (False,) * len(members)
     instances = []
     for k in range(copies):
-        if not cross:
-            instances.append(tuple([lstep_of_fields((kind, sb, so + k * sstride, db, do + k * dstride, cnt,
-                                                     tuple([(new_id[dt * copies + k], ds) for dt, ds in waits])
-                                                     if waits else (), False, line))
-                                    for _, kind, sb, so, sstride, db, do, dstride, cnt, waits, _, line in parts]))
-            continue
-        steps = []
-        waited: dict[int, int] = {}  # threadblock -> latest step this threadblock already waited for
-        for i, kind, sb, so, sstride, db, do, dstride, cnt, waits, own, line in parts:
-            others = cross.get((i, k))
-            if others is None:  # uncovered of this instance's own waits, from their instance-free form
-                kept = []
-                for dt, ds in own:
-                    t = dt * copies + k
-                    if waited.get(t, -1) < ds:
-                        kept.append((new_id[t], ds))
-                        waited[t] = ds
-                waits_to = tuple(kept)
-            else:
-                both = [(dt * copies + k, ds) for dt, ds in waits]
-                both += [(runs_at[p].tb * copies + kp, runs_at[p].step) for p, kp in others]
-                waits_to = tuple([(new_id[a], b) for a, b in uncovered(both, waited)])
-            steps.append(lstep_of_fields((kind, sb, so + k * sstride, db, do + k * dstride, cnt, waits_to, False,
-                                          line)))
-        instances.append(tuple(steps))
+        srcoffs = tuple([first + k * stride for first, stride in zip(src_first, src_stride, strict=True)])
+        dstoffs = tuple([first + k * stride for first, stride in zip(dst_first, dst_stride, strict=True)])
+        if overlaps is not None:
+            deps = overlaps[k]
+        else:
+            deps = tuple([tuple([(new_id[dt * copies + k], ds) for dt, ds in waits]) if waits else ()
+                          for waits in tb_waits])
+        instances.append((kinds, srcbufs, srcoffs, dstbufs, dstoffs, cnts, deps, hasdeps, lines))
     return instances
+
+
+_KIND_BUFS_CNT_LINE = tuple(attrgetter(name) for name in ("kind", "src_buf", "dst_buf", "cnt", "line"))
+_SIZE = itemgetter(2)
 
 
 def insert_nops(tbprog: TbProgram) -> TbProgram:
@@ -311,56 +308,61 @@ def insert_nops(tbprog: TbProgram) -> TbProgram:
             hasdeps = list(tb.hasdeps)
             for k in wrong:
                 hasdeps[k] = not hasdeps[k]
-            new_tbs.append(replace(tb, hasdeps=tuple(hasdeps)))
+            new_tbs.append(LTb(tb.send, tb.recv, tb.chan, tb.types, tb.srcbufs, tb.srcoffs, tb.dstbufs, tb.dstoffs,
+                               tb.cnts, tb.deps, tuple(hasdeps), tb.lines))  # (dataclasses.replace: 3 times the cost)
         gpus.append(tuple(new_tbs))
     return TbProgram(tbprog.name, tbprog.collective, tbprog.proto, tbprog.inplace, tbprog.instances, tuple(gpus),
                      tbprog.sizes, tbprog.source)
 
 
 def _with_nops(tbs: tuple[LTb, ...]) -> tuple[LTb, ...]:
-    """insert_nops on one GPU where some step waits on several steps."""
-    # New index of every old step of a threadblock with nops: a step of k > 1 waits takes k - 1 nops before it
-    # (None: no nop in that threadblock, its steps keep their indices).
-    new_index: list[list[int] | None] = []
-    for tb in tbs:
-        counts = list(map(len, tb.deps))
-        new_index.append([at - 1 for at in accumulate(map(max, counts, repeat(1)))]
-                         if max(counts, default=0) > 1 else None)
-    waited: list[set[int]] = [set() for _ in tbs]  # per threadblock: its steps that others wait for
-    for tb in tbs:
-        for t, s in chain.from_iterable(tb.deps):
-            index = new_index[t]
-            waited[t].add(s if index is None else index[s])
-    new_tbs = []
-    for t, tb in enumerate(tbs):
-        mine = waited[t]
-        if new_index[t] is None and all(new_index[a] is None for a, _ in chain.from_iterable(tb.deps)):
-            # no nop here and no wait for a step that moved: only hasdep may change
-            hasdeps = tuple(map(mine.__contains__, range(len(tb.types))))
-            new_tbs.append(tb if hasdeps == tb.hasdeps else replace(tb, hasdeps=hasdeps))
-            continue
-        columns: tuple[list, ...] = ([], [], [], [], [], [], [], [], [])  # type: ignore[type-arg]
-        types, srcbufs, srcoffs, dstbufs, dstoffs, cnts, deps_of, hasdeps_of, lines = columns
-        for k, deps in enumerate(tb.deps):
-            line = tb.lines[k]
-            if deps:
-                deps = tuple([(a, b) if new_index[a] is None else (a, new_index[a][b])  # type: ignore[index]
-                              for a, b in deps])
-                for dep in deps[1:]:
-                    for column, value in zip(columns, (NOP, "i", -1, "o", -1, 0, (dep,), False, line), strict=True):
-                        column.append(value)
-                deps = deps[:1]
-            hasdeps_of.append(len(types) in mine)
-            types.append(tb.types[k])
-            srcbufs.append(tb.srcbufs[k])
-            srcoffs.append(tb.srcoffs[k])
-            dstbufs.append(tb.dstbufs[k])
-            dstoffs.append(tb.dstoffs[k])
-            cnts.append(tb.cnts[k])
-            deps_of.append(deps)
-            lines.append(line)
-        new_tbs.append(LTb(tb.send, tb.recv, tb.chan, *map(tuple, columns)))
-    return tuple(new_tbs)
+    """insert_nops on one GPU where some step waits on several steps, all its steps at once (numpy): a step of k > 1
+    waits takes k - 1 nops before it, which carry its waits 2..k in order; it keeps the first one."""
+    lengths = [len(tb.types) for tb in tbs]
+    total = sum(lengths)
+    counts = np.fromiter(map(len, chain.from_iterable(tb.deps for tb in tbs)), dtype=np.int64, count=total)
+    ends = np.cumsum(np.maximum(counts, 1))  # per step, + 1: its new place on the GPU (its nops come just before)
+    first = np.zeros(len(tbs) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=first[1:])
+    new_first = np.concatenate([[0], ends])[first]  # per threadblock, + 1: its first new place
+    tb_of = np.repeat(np.arange(len(tbs)), lengths)
+    local = (ends - 1 - new_first[tb_of]).tolist()  # per step: its new index in its threadblock
+    # New index of every old step of a threadblock with nops (None: its steps keep their indices); the waits renamed
+    # with it one at a time, so that a wait names the same step as before whatever it names
+    several = np.concatenate([[0], np.cumsum(counts > 1)])[first]  # per threadblock, + 1: steps with nops before
+    moved: list[list[int] | None] = [local[at:end] if more else None for at, end, more in zip(
+        first[:-1].tolist(), first[1:].tolist(), (several[1:] > several[:-1]).tolist(), strict=True)]
+    pairs = tuple(chain.from_iterable(chain.from_iterable(tb.deps for tb in tbs)))
+    renamed = [(a, b) if moved[a] is None else (a, moved[a][b]) for a, b in pairs]  # type: ignore[index]
+    # the place of each wait: wait 1 on the step itself, wait i > 1 on the (i - 1)-th of its nops
+    owner = np.repeat(np.arange(total), counts)
+    nth = np.arange(len(pairs)) - (np.cumsum(counts) - counts)[owner]
+    places = np.where(nth == 0, ends[owner] - 1, ends[owner] - 1 - counts[owner] + nth).tolist()
+    size = int(ends[-1]) if total else 0
+    deps: list[Waits] = [()] * size
+    for at, dep in zip(places, renamed, strict=True):
+        deps[at] = (dep,)
+    new_lengths = np.diff(new_first)
+    hasdeps = np.zeros(size, dtype=bool)
+    if renamed:
+        a, b = np.array(renamed, dtype=np.int64).T
+        ok = (b >= 0) & (b < new_lengths[a])
+        hasdeps[new_first[:-1][a[ok]] + b[ok]] = True
+    is_step = np.zeros(size, dtype=bool)
+    is_step[ends - 1] = True
+    columns = []
+    for name, nop in (("types", NOP), ("srcbufs", "i"), ("srcoffs", -1), ("dstbufs", "o"), ("dstoffs", -1),
+                      ("cnts", 0), ("lines", None)):
+        column = np.repeat(np.fromiter(chain.from_iterable(map(attrgetter(name), tbs)), dtype=object, count=total),
+                           np.maximum(counts, 1))
+        if nop is not None:
+            column[~is_step] = nop
+        columns.append(column.tolist())
+    columns.insert(6, deps)
+    columns.insert(7, hasdeps.tolist())
+    bounds = list(zip(new_first[:-1].tolist(), new_first[1:].tolist(), strict=True))
+    return tuple(LTb(tb.send, tb.recv, tb.chan, *(tuple(column[at:end]) for column in columns))
+                 for tb, (at, end) in zip(tbs, bounds, strict=True))
 
 
 # Step is a frozen dataclass with slots: its __init__ sets every field through object.__setattr__, which costs

@@ -98,6 +98,18 @@ def _ints(values: object, count: int) -> np.ndarray:
     return np.fromiter(map(index, values), dtype=np.int64, count=count)  # type: ignore[call-overload]
 
 
+def _int_column(values: Iterable[object], count: int) -> np.ndarray:
+    """`_ints` of a field's `count` values, read by numpy at once (a few times faster than `index` per value): the
+    same array, or the same refusal where a value is not an integer that fits int64 (numpy infers no integer
+    dtype then: float, object, unsigned, or a second axis)."""
+    array = np.array(values if isinstance(values, list) else list(values))
+    if array.shape != (count,):
+        raise ValueError(f"{array.shape[0] if array.ndim else 0} values, not {count}")
+    if count and array.dtype.kind not in "bi":
+        raise TypeError(f"not integers: {array.dtype}")
+    return array.astype(np.int64, copy=False)
+
+
 def _read(ir: Algo) -> StepTable:
     def gpu_columns(gpu: Gpu) -> GpuColumns:
         steps = list(chain.from_iterable(tb.steps for tb in gpu.tbs))
@@ -125,7 +137,7 @@ def table_of(ngpus: int, gpus: Iterable[GpuColumns]) -> StepTable:
             elif name == "hasdep":
                 parts[name].append(np.fromiter(values, dtype=bool, count=n))  # type: ignore[call-overload]
             else:
-                parts[name].append(_ints(values, n))
+                parts[name].append(_int_column(values, n))
     col = {name: np.concatenate(arrays) if arrays else np.empty(0, dtype=np.int8 if name in ("type", "srcbuf",
            "dstbuf") else bool if name == "hasdep" else np.int64) for name, arrays in parts.items()}
     ntbs = len(tb_rows)

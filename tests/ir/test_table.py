@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from collsynth.ir import BUFFERS, STEP_TYPES
-from collsynth.ir.table import _tables, forget_table, step_table
+from collsynth.ir.table import _int_column, _ints, _tables, forget_table, step_table
 from collsynth.runtime import samples
 
 SAMPLES = (samples.allreduce_via_scratch(3), samples.ring_allreduce(5, channels=3), samples.pairwise_alltoall(4))
@@ -64,3 +64,21 @@ def test_a_table_is_kept_only_when_asked_and_not_past_its_ir():
     del ir
     gc.collect()
     assert key not in _tables
+
+
+@pytest.mark.parametrize("values", [
+    [3, 0, -1], [True, 2, False], [np.int32(4), 5], [], [2**63 - 1, -(2**63)],
+    [1.0, 2], [1.5], ["3", 1], [None, 1], [2**63], [2**63, -1], [2**70], [(1, 2), (3, 4)], [[1], 2], [np.float64(2)],
+])
+def test_a_column_is_read_at_once_exactly_as_value_by_value(values):
+    """`_int_column` (numpy reads a batch of values at once) gives `_ints`' array (operator.index per value), or
+    refuses where it refuses."""
+    def outcome(read):
+        try:
+            array = read(values, len(values))
+        except (TypeError, ValueError, OverflowError):
+            return "refused"
+        assert array.dtype == np.int64
+        return array.tolist()
+
+    assert outcome(_int_column) == outcome(_ints)
