@@ -58,6 +58,7 @@ def longest_paths(n: int, tails: np.ndarray, heads: np.ndarray, weights: np.ndar
     first, out_heads, out_weights = csr or out_edges(n, tails, heads, weights)
     waiting = np.bincount(heads, minlength=n)  # unfinished predecessors (edges) per node
     length = np.zeros(n, dtype=np.int64)
+    seen = np.empty(n, dtype=np.int64)  # scratch: a place of each node in the ready list of a wavefront
     front = np.flatnonzero(waiting == 0)
     done = 0
     while front.size:
@@ -71,15 +72,11 @@ def longest_paths(n: int, tails: np.ndarray, heads: np.ndarray, weights: np.ndar
         offsets = np.cumsum(counts) - counts
         edges = np.repeat(starts - offsets, counts) + np.arange(total)
         reached = out_heads[edges]
-        proposed = np.repeat(length[front], counts) + out_weights[edges]
-        by_node = np.argsort(reached, kind="stable")
-        reached, proposed = reached[by_node], proposed[by_node]
-        bounds = np.flatnonzero(np.diff(reached, prepend=-1))
-        nodes = reached[bounds]
-        length[nodes] = np.maximum(length[nodes], np.maximum.reduceat(proposed, bounds))
-        left = waiting[nodes] - np.diff(bounds, append=reached.size)
-        waiting[nodes] = left
-        front = nodes[left == 0]
+        np.maximum.at(length, reached, np.repeat(length[front], counts) + out_weights[edges])
+        np.subtract.at(waiting, reached, 1)
+        ready = reached[waiting[reached] == 0]  # each once per edge from the wavefront: kept once, where it is
+        seen[ready] = np.arange(ready.size)  # (whichever of a node's places the store keeps)
+        front = ready[seen[ready] == np.arange(ready.size)]
     if done < n:
         length[waiting > 0] = -1
     return length
