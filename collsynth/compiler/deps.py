@@ -60,12 +60,42 @@ def insert_dependencies(placement: Placement) -> Dependencies:
     heads, waited_tb, waited_step = heads[by_wait], waited_tb[by_wait], waited_step[by_wait]
     last = np.ones(heads.size, dtype=bool)  # the last (latest step) of each (instr, threadblock)
     last[:-1] = (heads[1:] != heads[:-1]) | (waited_tb[1:] != waited_tb[:-1])
-    flat = (heads[last], waited_tb[last], waited_step[last])
-    waits_of = np.empty(n, dtype=object)
-    waits_of.fill(())
-    _set_waits(waits_of, *flat)
-    waits_of.flags.writeable = False
-    return Dependencies(placement, _per_step(placement, waits_of), {"flat waits": flat, "waits of": waits_of})
+    return _Deferred.of(placement, (heads[last], waited_tb[last], waited_step[last]))
+
+
+class _Deferred(Dependencies):
+    """insert_dependencies' Dependencies: its waits per step are made from the waits as arrays (`cache`) when
+    first read. The compiler's next pass, prune_dependencies, reads only the arrays (at 1024 ranks the millions
+    of per-step Waits would be made only to be remade pruned). Equal to a Dependencies of the same waits."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, placement: Placement, flat: tuple[np.ndarray, np.ndarray, np.ndarray]) -> _Deferred:
+        made = object.__new__(cls)  # (the dataclass __init__ would store the waits, which are made later here)
+        _placement_slot.__set__(made, placement)
+        _cache_slot.__set__(made, {"flat waits": flat})
+        return made
+
+    @property  # type: ignore[override]
+    def waits(self) -> tuple[tuple[tuple[Waits, ...], ...], ...]:
+        got = self.cache.get("waits")
+        if got is None:
+            waits_of = np.empty(len(self.placement.dag.instrs), dtype=object)
+            waits_of.fill(())
+            _set_waits(waits_of, *self.cache["flat waits"])
+            got = self.cache["waits"] = _per_step(self.placement, waits_of)
+        return got  # type: ignore[no-any-return]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Dependencies):
+            return NotImplemented
+        return self.placement == other.placement and self.waits == other.waits
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+_placement_slot, _cache_slot = Dependencies.__dict__["placement"], Dependencies.__dict__["cache"]
 
 
 def _set_waits(waits_of: np.ndarray, instr: np.ndarray, tbs: np.ndarray, steps: np.ndarray) -> None:
@@ -126,16 +156,9 @@ def prune_dependencies(dependencies: Dependencies) -> Dependencies:
     running = np.maximum.accumulate(value)
     kept = np.empty(by_group.size, dtype=bool)
     kept[by_group] = starts | (value > np.concatenate([value[:1], running[:-1]]))
-    if kept.all():
-        return Dependencies(p, dependencies.waits)
-    # the instrs that lose a wait: their Waits made anew, the others kept
-    changed = np.flatnonzero(np.bincount(instr[~kept], minlength=len(p.dag.instrs)))
-    waits_of = dependencies.cache["waits of"].copy()
-    none = np.empty(changed.size, dtype=object)
-    none.fill(())  # (a () stored by index would be read as no values)
-    waits_of[changed] = none
-    left = kept & np.isin(instr, changed)
-    _set_waits(waits_of, instr[left], waited_tb[left], waited_step[left])
+    waits_of = np.empty(len(p.dag.instrs), dtype=object)
+    waits_of.fill(())
+    _set_waits(waits_of, instr[kept], waited_tb[kept], waited_step[kept])
     return Dependencies(p, _per_step(p, waits_of))
 
 

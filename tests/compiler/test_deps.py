@@ -54,3 +54,17 @@ def test_the_waits_are_those_of_the_definitions():
         pruned_some += pruned.count < made.count
         kept_all += pruned.count == made.count
     assert pruned_some and kept_all  # both ways of the arrays' prune are taken
+
+
+def test_the_inserted_waits_read_and_compare_as_a_plain_dependencies():
+    for name, placement in list(_placements())[:4]:
+        made = insert_dependencies(placement)  # (its waits are made when first read)
+        plain = Dependencies(placement, _waits_per_step(placement, _waits_by_definition(placement)))
+        assert made == plain and plain == made and not made != plain, name
+        assert str(made) == str(plain) and made.count == plain.count, name
+        other = Dependencies(placement, tuple(tuple(((),) * len(plan.instrs) for plan in tbs) for tbs in placement.tbs))
+        assert (made == other) == (plain == other), name
+
+
+def _waits_per_step(placement, waits):
+    return tuple(tuple(tuple(waits[i] for i in plan.instrs) for plan in tbs) for tbs in placement.tbs)
