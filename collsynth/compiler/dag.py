@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from itertools import chain
+from itertools import chain, repeat
 from operator import attrgetter
 from typing import Any, NamedTuple
 
@@ -327,26 +327,28 @@ def trace_to_dag(program: Program) -> InstrDAG:
     """Program -> instruction DAG: each op becomes a send + receive (or a local cpy/re) with its
     read-after-write, write-after-read and write-after-write dependencies, and each message queues
     behind the previous message between the same two ranks."""
-    validate_program(program)
     coll = program.collective
     source = program.ops[0].file if program.ops else ""
     manual = program.options.threadblock_policy == "manual"  # auto placement ignores sendtb/recvtb
     # Every slot of every buffer gets an integer id: (rank, buffer) -> first id.
     base: dict[tuple[int, str], int] = {}
+    sizes: dict[tuple[int, str], int] = {}
     total = 0
     for rank in range(program.num_ranks):
-        sizes = [(INPUT, coll.input_chunks), (OUTPUT, coll.output_chunks), *program.scratch_sizes(rank).items()]
-        for name, size in sizes:
+        named = [(INPUT, coll.input_chunks), (OUTPUT, coll.output_chunks), *program.scratch_sizes(rank).items()]
+        for name, size in named:
             base[(rank, name)] = total
+            sizes[(rank, name)] = size
             total += size
     unwritten, initial = -2, -1
     last_writer = [unwritten] * total
     for rank, buf, index in initial_slots(coll):
         last_writer[base[(rank, buf)] + index] = initial
-    traced = trace_columns(program, base, np.asarray(last_writer, dtype=np.int64) == initial, manual)
+    traced = trace_columns(program, base, sizes, np.asarray(last_writer, dtype=np.int64) == initial, manual)
     if traced is not None:  # (the usual lowered program: every op copies one chunk) the same DAG, by arrays
-        records = tuple(map(instr_of_fields, zip(*traced.fields, strict=True)))
+        records = tuple(map(tuple.__new__, repeat(Instr, len(traced.fields[0])), zip(*traced.fields, strict=True)))
         return InstrDAG(program.num_ranks, records, source, traced.arrays)
+    validate_program(program)  # (trace_columns checked what it traced: the loop's programs are checked here)
     readers: list[list[int] | None] = [None] * total
     ranks = program.num_ranks
     last_message: dict[int, int] = {}  # sender * ranks + receiver -> index of the last send

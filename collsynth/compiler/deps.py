@@ -7,8 +7,8 @@ ordered by the threadblock itself. Cross-rank order needs no dependency: the FIF
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from itertools import chain
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -22,6 +22,8 @@ Waits = tuple[Dep, ...]  # what one step waits for
 class Dependencies:
     placement: Placement
     waits: tuple[tuple[tuple[Waits, ...], ...], ...]  # per rank, per threadblock, per step: like placement.tbs
+    # insert_dependencies' waits as arrays, for prune_dependencies (not part of the value): see `_flat_waits`
+    cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def waits_of(self, i: int) -> Waits:
         """What instr i's step waits for."""
@@ -46,38 +48,122 @@ class Dependencies:
 
 def insert_dependencies(placement: Placement) -> Dependencies:
     """Each step waits for the last step it depends on in every other threadblock of its rank."""
-    instrs, tb, step = placement.dag.instrs, placement.tb_of, placement.step_of
-    n = len(instrs)
-    preds = placement.dag.column("preds")  # made once per DAG (the scheduling passes read it too)
-    count = np.fromiter(map(len, preds), dtype=np.int64, count=n)
-    heads = np.fromiter(chain.from_iterable(preds), dtype=np.int64, count=int(count.sum()))
-    # The usual case, for all instrs at once: one dependency, which runs in another threadblock.
-    single = np.flatnonzero(count == 1)
-    pred = heads[(np.cumsum(count) - count)[single]]
-    other = tb[pred] != tb[single]
-    waiting, waited = single[other].tolist(), pred[other]
-    pairs = zip(zip(tb[waited].tolist(), step[waited].tolist(), strict=True))  # each a one-wait Waits
-    waits_of: list[Waits] = [()] * n
-    for i, wait in zip(waiting, pairs, strict=True):
-        waits_of[i] = wait
-    several = np.flatnonzero(count > 1).tolist()
-    tbs, steps = (tb.tolist(), step.tolist()) if several else ([], [])
-    for i in several:
-        mine = tbs[i]
-        latest: dict[int, int] = {}
-        for p in preds[i]:
-            t, s = tbs[p], steps[p]
-            if t != mine and s > latest.get(t, -1):
-                latest[t] = s
-        waits_of[i] = tuple(sorted(latest.items()))
-    step_waits = waits_of.__getitem__
-    return Dependencies(placement, tuple(tuple(tuple(map(step_waits, plan.instrs)) for plan in rank_tbs)
-                                         for rank_tbs in placement.tbs))
+    dag, tb, step = placement.dag, placement.tb_of, placement.step_of
+    n = len(dag.instrs)
+    counts, tails = dag.edge_csr("preds")  # made once per DAG (the trace or the scheduling passes made it)
+    heads = np.repeat(np.arange(n), counts)
+    other = tb[tails] != tb[heads]  # a dependency in the instr's own threadblock needs no wait
+    heads, tails = heads[other], tails[other]
+    # per waiting instr and waited threadblock, the latest step waited for: sorted by instr, threadblock, step
+    waited_tb, waited_step = tb[tails], step[tails]
+    by_wait = _sorting(waited_step, waited_tb, heads)
+    heads, waited_tb, waited_step = heads[by_wait], waited_tb[by_wait], waited_step[by_wait]
+    last = np.ones(heads.size, dtype=bool)  # the last (latest step) of each (instr, threadblock)
+    last[:-1] = (heads[1:] != heads[:-1]) | (waited_tb[1:] != waited_tb[:-1])
+    return _Deferred.of(placement, (heads[last], waited_tb[last], waited_step[last]))
+
+
+class _Deferred(Dependencies):
+    """insert_dependencies' Dependencies: its waits per step are made from the waits as arrays (`cache`) when
+    first read. The compiler's next pass, prune_dependencies, reads only the arrays (at 1024 ranks the millions
+    of per-step Waits would be made only to be remade pruned). Equal to a Dependencies of the same waits."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, placement: Placement, flat: tuple[np.ndarray, np.ndarray, np.ndarray]) -> _Deferred:
+        made = object.__new__(cls)  # (the dataclass __init__ would store the waits, which are made later here)
+        _placement_slot.__set__(made, placement)
+        _cache_slot.__set__(made, {"flat waits": flat})
+        return made
+
+    @property  # type: ignore[override]
+    def waits(self) -> tuple[tuple[tuple[Waits, ...], ...], ...]:
+        got = self.cache.get("waits")
+        if got is None:
+            waits_of = np.empty(len(self.placement.dag.instrs), dtype=object)
+            waits_of.fill(())
+            _set_waits(waits_of, *self.cache["flat waits"])
+            got = self.cache["waits"] = _per_step(self.placement, waits_of)
+        return got  # type: ignore[no-any-return]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Dependencies):
+            return NotImplemented
+        return self.placement == other.placement and self.waits == other.waits
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+_placement_slot, _cache_slot = Dependencies.__dict__["placement"], Dependencies.__dict__["cache"]
+
+
+def _set_waits(waits_of: np.ndarray, instr: np.ndarray, tbs: np.ndarray, steps: np.ndarray) -> None:
+    """Store each instr's waits as (threadblock, step) pairs in threadblock order, from every wait of those
+    instrs as arrays (sorted by instr, then threadblock), into the object array `waits_of` (by instr)."""
+    first = np.ones(instr.size, dtype=bool)
+    first[1:] = instr[1:] != instr[:-1]
+    alone = first.copy()  # the usual case: one wait (a one-pair Waits each, made without a Python step)
+    alone[:-1] &= first[1:]
+    waits_of[instr[alone]] = np.fromiter(zip(zip(tbs[alone].tolist(), steps[alone].tolist(), strict=True)),
+                                         dtype=object, count=int(alone.sum()))
+    several = np.flatnonzero(~alone)
+    if several.size:
+        pairs_of = list(zip(tbs[several].tolist(), steps[several].tolist(), strict=True))
+        starts = np.flatnonzero(first[several]).tolist()
+        for i, start, end in zip(instr[several][starts].tolist(), starts, [*starts[1:], len(pairs_of)], strict=True):
+            waits_of[i] = tuple(pairs_of[start:end])
+
+
+def _per_step(placement: Placement, waits_of: np.ndarray) -> tuple[tuple[tuple[Waits, ...], ...], ...]:
+    """The waits of every step, per rank and threadblock as placement.tbs holds them, from the waits by instr."""
+    step_waits = waits_of.tolist().__getitem__
+    return tuple(tuple(tuple(map(step_waits, plan.instrs)) for plan in rank_tbs) for rank_tbs in placement.tbs)
+
+
+def _sorting(*keys: np.ndarray) -> np.ndarray:
+    """The order that sorts by the last key, then the one before, ... (np.lexsort's), as one argsort of the keys
+    packed into one int64 where they fit (all keys are ints >= 0)."""
+    packed = np.zeros(keys[0].size, dtype=np.int64)
+    scale = 1
+    for key in keys:
+        top = int(key.max(initial=0)) + 1
+        if scale * top >= 1 << 62:
+            return np.lexsort(keys)
+        packed += key * scale
+        scale *= top
+    return np.argsort(packed, kind="stable")
 
 
 def prune_dependencies(dependencies: Dependencies) -> Dependencies:
     """Drop a wait that an earlier step of the same threadblock already covers (it waited for the same
     or a later step of that threadblock)."""
+    flat = dependencies.cache.get("flat waits")
+    if flat is None:
+        return _pruned_one_by_one(dependencies)
+    # By arrays: a wait is covered when an earlier step of its threadblock waited for the same threadblock at the
+    # same or a later step, i.e. unless it is above the running maximum of its (rank, threadblock, waited
+    # threadblock) in step order (a step waits for a threadblock at most once).
+    p = dependencies.placement
+    instr, waited_tb, waited_step = flat
+    rank, tb = p.dag.values("rank")[instr], p.tb_of[instr]
+    by_group = _sorting(p.step_of[instr], waited_tb, tb, rank)
+    rank, tb, group_tb, group_step = rank[by_group], tb[by_group], waited_tb[by_group], waited_step[by_group]
+    starts = np.ones(by_group.size, dtype=bool)
+    starts[1:] = (rank[1:] != rank[:-1]) | (tb[1:] != tb[:-1]) | (group_tb[1:] != group_tb[:-1])
+    # the groups one after another on one scale, so that one running maximum serves them all
+    value = (np.cumsum(starts) - 1) * (int(group_step.max(initial=0)) + 2) + group_step
+    running = np.maximum.accumulate(value)
+    kept = np.empty(by_group.size, dtype=bool)
+    kept[by_group] = starts | (value > np.concatenate([value[:1], running[:-1]]))
+    waits_of = np.empty(len(p.dag.instrs), dtype=object)
+    waits_of.fill(())
+    _set_waits(waits_of, instr[kept], waited_tb[kept], waited_step[kept])
+    return Dependencies(p, _per_step(p, waits_of))
+
+
+def _pruned_one_by_one(dependencies: Dependencies) -> Dependencies:
+    """prune_dependencies for waits made by hand (no arrays of them): one threadblock at a time."""
     pruned = []
     for rank_waits in dependencies.waits:
         rank_pruned = []

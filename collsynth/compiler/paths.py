@@ -50,6 +50,23 @@ def out_edges(n: int, tails: np.ndarray, heads: np.ndarray, weights: np.ndarray)
     return first, heads[by_tail], weights[by_tail]
 
 
+def stable_order(values: np.ndarray, bound: int) -> np.ndarray:
+    """np.argsort(values, kind="stable") for ints in 0..bound-1: by numpy's radix sort, on 16-bit copies, where
+    they fit in 16 bits (a few times faster for millions of values; the order is the same, a stable one)."""
+    return np.argsort(values.astype(np.uint16) if bound <= 1 << 16 else values, kind="stable")
+
+
+def renumbered_out_edges(csr: tuple[np.ndarray, ...], by_new: np.ndarray, new_of: np.ndarray) -> tuple[np.ndarray, ...]:
+    """`out_edges` of the same edges with every node v renumbered new_of[v] (by_new[k] is the node numbered k), from
+    their `out_edges`: the edges out of each node, in the same order, gathered instead of sorted again."""
+    first, heads, weights = csr
+    counts = np.diff(first)[by_new]
+    new_first = np.zeros(first.size, dtype=np.int64)
+    np.cumsum(counts, out=new_first[1:])
+    edges = np.repeat(first[by_new] - new_first[:-1], counts) + np.arange(int(new_first[-1]))
+    return new_first, new_of[heads[edges]], weights[edges]
+
+
 def longest_paths(n: int, tails: np.ndarray, heads: np.ndarray, weights: np.ndarray,
                   csr: tuple[np.ndarray, ...] | None = None) -> np.ndarray:
     """Per node, the heaviest path that ends there (0 for a node nothing leads to); -1 for a node on a cycle or
@@ -58,6 +75,7 @@ def longest_paths(n: int, tails: np.ndarray, heads: np.ndarray, weights: np.ndar
     first, out_heads, out_weights = csr or out_edges(n, tails, heads, weights)
     waiting = np.bincount(heads, minlength=n)  # unfinished predecessors (edges) per node
     length = np.zeros(n, dtype=np.int64)
+    seen = np.empty(n, dtype=np.int64)  # scratch: a place of each node in the ready list of a wavefront
     front = np.flatnonzero(waiting == 0)
     done = 0
     while front.size:
@@ -71,15 +89,11 @@ def longest_paths(n: int, tails: np.ndarray, heads: np.ndarray, weights: np.ndar
         offsets = np.cumsum(counts) - counts
         edges = np.repeat(starts - offsets, counts) + np.arange(total)
         reached = out_heads[edges]
-        proposed = np.repeat(length[front], counts) + out_weights[edges]
-        by_node = np.argsort(reached, kind="stable")
-        reached, proposed = reached[by_node], proposed[by_node]
-        bounds = np.flatnonzero(np.diff(reached, prepend=-1))
-        nodes = reached[bounds]
-        length[nodes] = np.maximum(length[nodes], np.maximum.reduceat(proposed, bounds))
-        left = waiting[nodes] - np.diff(bounds, append=reached.size)
-        waiting[nodes] = left
-        front = nodes[left == 0]
+        np.maximum.at(length, reached, np.repeat(length[front], counts) + out_weights[edges])
+        np.subtract.at(waiting, reached, 1)
+        ready = reached[waiting[reached] == 0]  # each once per edge from the wavefront: kept once, where it is
+        seen[ready] = np.arange(ready.size)  # (whichever of a node's places the store keeps)
+        front = ready[seen[ready] == np.arange(ready.size)]
     if done < n:
         length[waiting > 0] = -1
     return length

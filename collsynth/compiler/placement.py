@@ -28,6 +28,7 @@ from collsynth.compiler.dag import FUSED_TYPES, InstrDAG, transfer_chain
 from collsynth.compiler.errors import CompileError
 from collsynth.compiler.forms import ChannelledDAG, Placement, Schedule, TbPlan
 from collsynth.compiler.forms import StepRef as StepRef  # (the forms' old home: importers may still name it here)
+from collsynth.compiler.paths import stable_order
 from collsynth.ir import COPY, MAX_CHANNELS, RECEIVING_TYPES, REDUCE, SEND, SENDING_TYPES
 
 # --- assign_channels -----------------------------------------------------------------------------
@@ -254,7 +255,7 @@ def _placed(sched: Schedule, rank: np.ndarray, tb_of: np.ndarray, sides: list[li
     first_tb = np.concatenate([[0], np.cumsum(sizes)])
     order = sched.order_array()
     tb = first_tb[rank] + tb_of  # global threadblock of every instr
-    by_tb = order[np.argsort(tb[order], kind="stable")]
+    by_tb = order[stable_order(tb[order], int(first_tb[-1]))]
     count = np.bincount(tb, minlength=int(first_tb[-1]))
     starts = np.concatenate([[0], np.cumsum(count)])
     steps, bounds = by_tb.tolist(), starts.tolist()
@@ -286,8 +287,10 @@ def _all_hinted(sched: Schedule) -> Placement | None:
     chan_o = sched.channels()[order]
     send_o = np.where(side & 1, column("send_peer"), -1)[order]
     recv_o = np.where(side & 2, column("recv_peer"), -1)[order]
-    keys, first, group = np.unique(rank[order] * (int(hint.max()) + 1) + hint[order], return_index=True,
-                                   return_inverse=True)
+    key = rank[order] * (int(hint.max()) + 1) + hint[order]
+    if sched.dag.num_ranks * (int(hint.max()) + 1) <= 1 << 16:  # (np.unique's stable sort: a radix sort then)
+        key = key.astype(np.uint16)
+    keys, first, group = np.unique(key, return_index=True, return_inverse=True)
     group = group.reshape(-1)
     tb_chan = np.maximum(chan_o[first], 0)
     tb_send, tb_recv = np.full(keys.size, -1, dtype=np.int64), np.full(keys.size, -1, dtype=np.int64)

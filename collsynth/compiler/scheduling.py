@@ -8,7 +8,7 @@ import heapq
 import numpy as np
 
 from collsynth.compiler.errors import CompileError
-from collsynth.compiler.paths import longest_paths, out_edges
+from collsynth.compiler.paths import longest_paths, out_edges, renumbered_out_edges
 from collsynth.compiler.placement import ChannelledDAG, Schedule
 from collsynth.core.limits import FIFO_SLOTS
 from collsynth.ir import RECEIVING_TYPES, SENDING_TYPES
@@ -27,7 +27,8 @@ def schedule(cdag: ChannelledDAG, slots: int | None = FIFO_SLOTS) -> Schedule:
     dag = cdag.dag
     n = len(dag.instrs)
     tails, heads, weights = dag.edge_arrays()
-    depth = longest_paths(n, tails, heads, weights)
+    forward = out_edges(n, tails, heads, weights)
+    depth = longest_paths(n, tails, heads, weights, forward)
     if n and depth.min() < 0:  # (only a broken pass makes one) Kahn's order stops at the cycle's first instr
         stuck = int(np.flatnonzero(depth < 0)[0])
         raise CompileError(f"{dag.where(stuck)}internal error: the instruction DAG has a cycle at {dag.instrs[stuck]}")
@@ -44,7 +45,7 @@ def schedule(cdag: ChannelledDAG, slots: int | None = FIFO_SLOTS) -> Schedule:
     if not (rank_of[tails] < rank_of[heads]).all():
         raise CompileError("internal error: an edge of the instruction DAG goes down in the schedule's priority")
     # The list scheduler works on priority ranks (instr by_rank[p] is p there), so the heaps hold what it indexes.
-    first, succ, _ = out_edges(n, rank_of[tails], rank_of[heads], weights)
+    first, succ, _ = renumbered_out_edges(forward, by_rank, rank_of)
     send_conn, recv_conn, nconn = _connection_ids(cdag)
     order = _list_schedule(first.tolist(), succ.tolist(), send_conn[by_rank].tolist(), recv_conn[by_rank].tolist(),
                            [n + 1 if slots is None else slots] * nconn)
@@ -136,7 +137,12 @@ def _connection_ids(cdag: ChannelledDAG) -> tuple[np.ndarray, np.ndarray, int]:
     sending, receiving = np.flatnonzero(code & 2), np.flatnonzero(code & 1)
     keys = np.concatenate([(rank[sending] * ranks + send_peer[sending]) * channels + channel[sending],
                            (recv_peer[receiving] * ranks + rank[receiving]) * channels + channel[receiving]])
-    unique, number = np.unique(keys, return_inverse=True)
+    span = ranks * ranks * channels  # every key is below it
+    if span <= 4 * keys.size + (1 << 20):  # np.unique's numbers without its sort: by a count over the keys' range
+        present = np.bincount(keys, minlength=span) > 0
+        number, unique = (np.cumsum(present) - 1)[keys], np.flatnonzero(present)
+    else:
+        unique, number = np.unique(keys, return_inverse=True)
     sends, recvs = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
     sends[sending], recvs[receiving] = number[:sending.size], number[sending.size:]
     return sends, recvs, int(unique.size)

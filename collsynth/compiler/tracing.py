@@ -31,12 +31,15 @@ class TracedColumns(NamedTuple):
     arrays: dict[str, Any]
 
 
-def trace_columns(program: Program, base: dict[tuple[int, str], int], written: np.ndarray,
-                  manual: bool) -> TracedColumns | None:
+def trace_columns(program: Program, base: dict[tuple[int, str], int], sizes: dict[tuple[int, str], int],
+                  written: np.ndarray, manual: bool) -> TracedColumns | None:
     """The traced instrs of `program` as columns, or None where the program does not fit (an op that reduces or
-    moves several chunks, an inplace collective) or reads a slot nobody wrote (the loop words that error).
-    `base`: the first slot id of each (rank, buffer); `written`: per slot id, whether it holds data at the start;
-    `manual`: whether the ops' threadblock hints count."""
+    moves several chunks, an inplace collective, a field of a type other than the usual ints), is malformed (what
+    validate_program refuses: the caller runs it to word the error) or reads a slot nobody wrote (the loop words
+    that error). Where it gives the columns, the program passes validate_program: its checks are made here by
+    arrays, on the fields read once for both. `base` and `sizes`: the first slot id and the size of each (rank,
+    buffer); `written`: per slot id, whether it holds data at the start; `manual`: whether the ops' threadblock
+    hints count."""
     ops = program.ops
     if not ops or program.collective.inplace:
         return None
@@ -44,12 +47,21 @@ def trace_columns(program: Program, base: dict[tuple[int, str], int], written: n
     if kinds.count(OP_COPY) != len(kinds):
         return None
     src_rank, src_buf, src_off, src_cnt = (list(map(attrgetter(name), srcs)) for name in _SLOT_FIELDS)
-    if src_cnt.count(1) != len(src_cnt):  # (validate_program checked that both slots have the same count)
+    dst_rank, dst_buf, dst_off, dst_cnt = (list(map(attrgetter(name), dsts)) for name in _SLOT_FIELDS)
+    if src_cnt.count(1) != len(src_cnt) or dst_cnt.count(1) != len(dst_cnt):
         return None
-    dst_rank, dst_buf, dst_off = (list(map(attrgetter(name), dsts)) for name in _SLOT_FIELDS[:3])
+    if not (_plain_ints(src_rank, dst_rank, src_off, dst_off) and _plain_ints(sendtbs, recvtbs, channels, hint=True)):
+        return None
     srank, drank, soff, doff = map(_ints, (src_rank, dst_rank, src_off, dst_off))
-    sfirst = _first_slots(base, program.num_ranks, srank, src_buf, soff)
-    dfirst = _first_slots(base, program.num_ranks, drank, dst_buf, doff)
+    stb, rtb, ch = map(_hints, (sendtbs, recvtbs, channels))
+    ranks = program.num_ranks
+    names = {name: k for k, name in enumerate(sorted({name for _, name in base}))}
+    scode, dcode = _codes(names, src_buf), _codes(names, dst_buf)
+    if not _valid(program, sizes, names, (srank, scode, soff), (drank, dcode, doff), (stb, rtb, ch),
+                  (sendtbs, recvtbs, channels)):
+        return None
+    sfirst = _first_slots(base, ranks, names, srank, scode, soff)
+    dfirst = _first_slots(base, ranks, names, drank, dcode, doff)
     local = srank == drank
     kept = np.flatnonzero(~(local & (sfirst == dfirst)))  # a copy of a slot onto itself makes no instr
     local = local[kept]
@@ -62,23 +74,62 @@ def trace_columns(program: Program, base: dict[tuple[int, str], int], written: n
         return None
     message = kept[~local]
     sends = first[~local]
-    after = _queues(n, sends, srank[message] * program.num_ranks + drank[message])
+    after = _queues(n, sends, srank[message] * ranks + drank[message])
+    if not manual:
+        stb = rtb = np.full(len(ops), -1, dtype=np.int64)
     return _columns(n, kept, local, first, sends, preds, after,
-                    (srank, drank, src_buf, dst_buf, soff, doff, sendtbs, recvtbs, channels, lines), manual)
+                    (srank, drank, src_buf, dst_buf, soff, doff, stb, rtb, ch, _ints(lines)))
+
+
+def _plain_ints(*columns: list[Any], hint: bool = False) -> bool:
+    """Whether every value of the columns is an int (not a subclass; or None, for a `hint`)."""
+    allowed = {int, type(None)} if hint else {int}
+    return all(set(map(type, values)) <= allowed for values in columns)
+
+
+def _hints(values: list[int | None]) -> np.ndarray:
+    """A hint column as ints, None as -1."""
+    return _ints(values if not values.count(None) else [-1 if v is None else v for v in values])
+
+
+def _codes(names: dict[str, int], buffers: list[str]) -> np.ndarray:
+    """Each buffer's number in `names`, -1 for a name no rank has."""
+    return np.fromiter(map(names.get, buffers, [-1] * len(buffers)), dtype=np.int64, count=len(buffers))
+
+
+def _valid(program: Program, sizes: dict[tuple[int, str], int], names: dict[str, int],
+           src: tuple[np.ndarray, np.ndarray, np.ndarray], dst: tuple[np.ndarray, np.ndarray, np.ndarray],
+           hints: tuple[np.ndarray, ...], hint_values: tuple[list[int | None], ...]) -> bool:
+    """What validate_program checks of one-chunk copies, for all ops at once: each slot's rank in range and index
+    inside its rank's buffer, a link between the ranks of a message, every hint None or >= 0."""
+    ranks = program.num_ranks
+    size = np.full((ranks, len(names) + 1), -1, dtype=np.int64)  # the last column: a buffer no rank has
+    for (r, name), chunks in sizes.items():
+        size[r, names[name]] = chunks
+    for rank, code, index in (src, dst):
+        if rank.size and (rank.min() < 0 or rank.max() >= ranks):
+            return False
+        if ((index < 0) | (index + 1 > size[rank, code])).any():  # (code -1: the last column)
+            return False
+    message = src[0] != dst[0]
+    links = np.fromiter((a * ranks + b for a, b in program.topology.link_map if 0 <= a < ranks and 0 <= b < ranks),
+                        dtype=np.int64)
+    if not np.isin(src[0][message] * ranks + dst[0][message], links).all():
+        return False
+    return all(int((column < 0).sum()) == values.count(None) for column, values in zip(hints, hint_values, strict=True))
 
 
 def _ints(values: list[Any]) -> np.ndarray:
     return np.fromiter(values, dtype=np.int64, count=len(values))
 
 
-def _first_slots(base: dict[tuple[int, str], int], ranks: int, rank: np.ndarray, buffer: list[str],
-                 index: np.ndarray) -> np.ndarray:
-    """The slot id of each (rank, buffer, index): `base` holds each buffer's first."""
-    names = {name: k for k, name in enumerate(sorted({name for _, name in base}))}
+def _first_slots(base: dict[tuple[int, str], int], ranks: int, names: dict[str, int], rank: np.ndarray,
+                 code: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """The slot id of each (rank, buffer, index), the buffer by its number in `names`: `base` holds each buffer's
+    first."""
     first = np.zeros((ranks, len(names)), dtype=np.int64)
     for (r, name), at in base.items():
         first[r, names[name]] = at
-    code = np.fromiter(map(names.__getitem__, buffer), dtype=np.int64, count=len(buffer))
     return first[rank, code] + index
 
 
@@ -157,11 +208,11 @@ def _tuples(n: int, csr: tuple[np.ndarray, np.ndarray]) -> list[tuple[int, ...]]
 
 def _columns(n: int, kept: np.ndarray, local: np.ndarray, first: np.ndarray, sends: np.ndarray,
              preds: tuple[np.ndarray, np.ndarray], after: tuple[np.ndarray, np.ndarray],
-             op_fields: tuple[Any, ...], manual: bool) -> TracedColumns:
+             op_fields: tuple[Any, ...]) -> TracedColumns:
     """The instrs' columns from their ops' fields (per op: source and destination rank, buffer and index, the
     hints and the line): a local copy is its op's one instr, a message a send on the source rank and a
     receive on the destination rank."""
-    srank, drank, src_buf, dst_buf, soff, doff, sendtbs, recvtbs, channels, lines = op_fields
+    srank, drank, src_buf, dst_buf, soff, doff, stb, rtb, ch, line = op_fields
     recvs = sends + 1
     copies = first[local]
     on_send, on_copy = kept[~local], kept[local]  # the op of each send (and its receive) and of each copy
@@ -172,9 +223,6 @@ def _columns(n: int, kept: np.ndarray, local: np.ndarray, first: np.ndarray, sen
         column[sends], column[recvs], column[copies] = at_send, at_recv, at_copy
         return column
 
-    def hint(values: list[int | None]) -> np.ndarray:
-        return _ints(values if not values.count(None) else [-1 if v is None else v for v in values])
-
     kind = per_instr(0, 1, 2)
     rank = per_instr(srank[on_send], drank[on_send], srank[on_copy])
     src = per_instr(soff[on_send], doff[on_send], soff[on_copy])
@@ -182,8 +230,6 @@ def _columns(n: int, kept: np.ndarray, local: np.ndarray, first: np.ndarray, sen
     sbuf, dbuf = np.asarray(src_buf, dtype=object), np.asarray(dst_buf, dtype=object)
     send_peer = per_instr(drank[on_send], -1, -1)
     recv_peer = per_instr(-1, srank[on_send], -1)
-    stb, rtb = (hint(sendtbs), hint(recvtbs)) if manual else (np.full(len(kept), -1), np.full(len(kept), -1))
-    ch, line = hint(channels), _ints(lines)
     send_to = per_instr(recvs, -1, -1)
     ints = {"rank": rank, "src_off": src, "dst_off": dst, "cnt": np.ones(n, dtype=np.int64),
             "send_peer": send_peer, "recv_peer": recv_peer, "tb_hint": per_instr(stb[on_send], rtb[on_send],

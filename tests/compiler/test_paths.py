@@ -14,7 +14,7 @@ import collsynth.compiler.placement as placement
 from collsynth.algorithms.registry import library_programs
 from collsynth.collectives import make_collective
 from collsynth.compiler import compile_program
-from collsynth.compiler.paths import longest_paths
+from collsynth.compiler.paths import longest_paths, out_edges, renumbered_out_edges, stable_order
 from collsynth.language.timed import lower_timed
 from collsynth.synth.cluster.greedy import greedy
 from collsynth.topologies import resolve_topology
@@ -83,3 +83,47 @@ def test_the_manual_array_placement_is_taken_for_a_fully_hinted_program(monkeypa
     monkeypatch.setattr(placement, "_all_hinted", lambda sched: taken.append(original(sched)) or taken[-1])
     _forms(program, threadblock_policy="manual")
     assert taken and all(p is not None for p in taken)
+
+
+@pytest.mark.parametrize("bound", [7, 1 << 16, (1 << 16) + 1, 1 << 40])
+def test_stable_order_is_numpys_stable_argsort(bound):
+    values = np.random.default_rng(bound % 97).integers(0, bound, 5000)
+    values[::7] = values[0]  # ties: their order is the input's
+    assert np.array_equal(stable_order(values, bound), np.argsort(values, kind="stable"))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_renumbered_out_edges_are_those_of_the_renumbered_edges(seed):
+    rng = np.random.default_rng(seed)
+    n = 60
+    tails = rng.integers(0, n, 400)
+    heads, weights = rng.integers(0, n, 400), rng.integers(0, 2, 400)
+    by_new = rng.permutation(n)
+    new_of = np.empty(n, dtype=np.int64)
+    new_of[by_new] = np.arange(n)
+    got = renumbered_out_edges(out_edges(n, tails, heads, weights), by_new, new_of)
+    expected = out_edges(n, new_of[tails], new_of[heads], weights)
+    assert all(np.array_equal(a, b) for a, b in zip(got, expected, strict=True))
+
+
+def test_connection_numbers_are_those_of_the_sorted_connections():
+    from collsynth.compiler.scheduling import _connection_ids  # (the dense count, against np.unique's numbers)
+
+    for _, program in library_programs(resolve_topology("dgx1"), "allgather"):
+        forms = {}
+        compile_program(program, after_each=forms.__setitem__)
+        cdag = forms["assign_channels"]
+        sends, recvs, count = _connection_ids(cdag)
+        dag = cdag.dag
+        keys = {}
+        for i, ins in enumerate(dag.instrs):
+            ch = int(cdag.channels()[i])
+            if ins.send_peer >= 0 and ins.kind in ("s", "rcs", "rrs", "rrcs"):
+                keys[("s", i)] = (ins.rank, ins.send_peer, ch)
+            if ins.recv_peer >= 0:
+                keys[("r", i)] = (ins.recv_peer, ins.rank, ch)
+        number = {key: k for k, key in enumerate(sorted(set(keys.values())))}
+        assert count == len(number)
+        for (side, i), key in keys.items():
+            assert (sends if side == "s" else recvs)[i] == number[key]
+        assert (sends >= 0).sum() + (recvs >= 0).sum() == len(keys)

@@ -13,7 +13,7 @@ from collsynth.compiler import CompileError, trace_to_dag
 from collsynth.compiler.dag import InstrDAG
 from collsynth.compiler.pipeline import with_options
 from collsynth.language import ProgramBuilder
-from collsynth.language.program import Slot
+from collsynth.language.program import ProgramError, Slot, validate_program
 from collsynth.language.timed import lower_timed
 from collsynth.synth.cluster.greedy import greedy
 from collsynth.topologies import fully_connected, resolve_topology
@@ -76,3 +76,46 @@ def test_a_read_of_an_unwritten_slot_is_refused_as_the_loop_refuses_it(monkeypat
     with pytest.raises(CompileError) as slow:
         _loop_trace(monkeypatch, program)
     assert str(fast.value) == str(slow.value)
+
+
+def _bad_programs():
+    """A one-chunk-copy program (the arrays' kind) made malformed one field at a time."""
+    b = ProgramBuilder("bad", resolve_topology("ring:4"), make_collective("allgather", 4))
+    for r in range(4):
+        b.chunk(r, "input", 0).copy(r, "output", r)
+        b.chunk(r, "input", 0).copy((r + 1) % 4, "output", r, sendtb=0, recvtb=1, ch=0)
+    program = b.build()
+    message = program.ops[1]
+    bad = {
+        "source rank": replace(message, src=replace(message.src, rank=4)),
+        "destination rank": replace(message, dst=replace(message.dst, rank=-1)),
+        "index": replace(message, dst=replace(message.dst, index=4)),
+        "negative index": replace(message, src=replace(message.src, index=-1)),
+        "buffer": replace(message, dst=replace(message.dst, buffer="nowhere")),
+        "link": replace(message, dst=replace(message.dst, rank=2)),
+        "sendtb": replace(message, sendtb=-1),
+        "recvtb": replace(message, recvtb=1.0),
+        "channel": replace(message, channel=-2),
+        "count": replace(message, dst=replace(message.dst, count=2)),
+    }
+    yield "none", program
+    for name, op in bad.items():
+        yield name, replace(program, ops=(*program.ops[:5], op, *program.ops[6:]))
+
+
+def test_the_program_before_it_is_made_malformed_takes_the_arrays():
+    assert trace_to_dag(dict(_bad_programs())["none"]).cache
+
+
+@pytest.mark.parametrize("name", [name for name, _ in _bad_programs() if name != "none"])
+def test_a_malformed_program_gets_validate_programs_message(monkeypatch, name):
+    program = dict(_bad_programs())[name]
+    with pytest.raises(ProgramError) as expected:
+        validate_program(program)
+    refused = []
+    real = dag_module.trace_columns
+    monkeypatch.setattr(dag_module, "trace_columns", lambda *args: refused.append(real(*args) is None) or None)
+    with pytest.raises(ProgramError) as got:
+        trace_to_dag(program)
+    assert str(got.value) == str(expected.value)
+    assert refused == [True]  # the arrays refused it (their checks are validate_program's), not just the loop
