@@ -53,6 +53,17 @@ class Plan:
         return cached
 
 
+class _Side(NamedTuple):
+    """How plan()'s errors name one side of a connection."""
+
+    name: str  # "send" / "receive"
+    doing: str  # the steps that need it: "sending" / "receiving"
+    peer: str  # the threadblock's peer attribute: "send" / "recv"
+
+
+_SEND, _RECEIVE = _Side("send", "sending", "send"), _Side("receive", "receiving", "recv")
+
+
 def plan(ir: Algo, topology: Topology) -> Plan:
     """Resolve peers to links, dependencies to indices, and check the IR can run (size-independent)."""
     protocol.check_protocol(ir.proto, f"IR {ir.name!r}")
@@ -91,6 +102,20 @@ def plan(ir: Algo, topology: Topology) -> Plan:
             receives.append(0)
         return connections[key]
 
+    def own_side(where: str, side: _Side, peer: int, key: tuple[int, int, int],
+                 owners: dict[int, tuple[int, int]], owner: tuple[int, int]) -> int:
+        """The connection `key` (sender, receiver, channel) whose `side` threadblock `owner` is: its peer must be
+        a rank, and no other threadblock may own that side."""
+        if not 0 <= peer < topology.num_ranks:
+            raise SimError(f"{where}: has {side.doing} steps but {side.peer} peer {peer}; "
+                           f"set the tb's {side.peer} peer")
+        conn = connection(key)
+        if conn in owners:
+            raise SimError(f"{where}: shares the {side.name} connection {key[0]}->{key[1]} channel {key[2]} with tb "
+                           f"{owners[conn][1]}; give each threadblock its own (peer, channel)")
+        owners[conn] = owner
+        return conn
+
     new_step = tuple.__new__
     all_steps: list[tuple[PlannedStep, ...]] = []
     all_step_labels: list[tuple[int, ...]] = []
@@ -100,23 +125,9 @@ def plan(ir: Algo, topology: Topology) -> Plan:
             position = positions[(gpu.id, tb.id)]
             send_conn = recv_conn = -1
             if any(step.type in SENDING_TYPES for step in tb.steps):
-                if not 0 <= tb.send < topology.num_ranks:
-                    raise SimError(f"{where}: has sending steps but send peer {tb.send}; set the tb's send peer")
-                send_conn = connection((gpu.id, tb.send, tb.chan))
-                if send_conn in send_owner:
-                    other = send_owner[send_conn]
-                    raise SimError(f"{where}: shares the send connection {gpu.id}->{tb.send} channel {tb.chan} "
-                                   f"with tb {other[1]}; give each threadblock its own (peer, channel)")
-                send_owner[send_conn] = (gpu.id, tb.id)
+                send_conn = own_side(where, _SEND, tb.send, (gpu.id, tb.send, tb.chan), send_owner, (gpu.id, tb.id))
             if any(step.type in RECEIVING_TYPES for step in tb.steps):
-                if not 0 <= tb.recv < topology.num_ranks:
-                    raise SimError(f"{where}: has receiving steps but recv peer {tb.recv}; set the tb's recv peer")
-                recv_conn = connection((tb.recv, gpu.id, tb.chan))
-                if recv_conn in recv_owner:
-                    other = recv_owner[recv_conn]
-                    raise SimError(f"{where}: shares the receive connection {tb.recv}->{gpu.id} channel "
-                                   f"{tb.chan} with tb {other[1]}; give each threadblock its own (peer, channel)")
-                recv_owner[recv_conn] = (gpu.id, tb.id)
+                recv_conn = own_side(where, _RECEIVE, tb.recv, (tb.recv, gpu.id, tb.chan), recv_owner, (gpu.id, tb.id))
             link, alpha, beta = -1, 0.0, 0.0
             switch_ids: tuple[int, ...] = ()
             if send_conn >= 0:
