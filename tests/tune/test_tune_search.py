@@ -234,3 +234,71 @@ def test_stopped_simulations_change_no_decision(size, monkeypatch):
     assert all(entry in rest for entry in stopping.trace)  # the same path, less what was stopped
     assert len(full.trace) - len(stopping.trace) <= stopping.stopped
     assert stopping.evaluations == full.evaluations  # a stopped simulation still counts as an evaluation
+
+
+class _SyntheticEvaluator:
+    """Times from a formula (no compile, no simulation): every protocol is fastest at the same resources
+    `best_at` (instances, merge, fusion, pairing) unless `protocol_best` says otherwise for a protocol, and
+    slower the further (in grid steps) a configuration is from them."""
+
+    def __init__(self, candidate, best_at, protocol_best=None, offset=None):
+        self.candidates = {candidate.name: candidate}
+        self.best_at, self.protocol_best = best_at, protocol_best or {}
+        self.offset = offset or {"Simple": 0.0, "LL": 50.0, "LL128": 5.0}
+        self.timed = []
+
+    def _t(self, config):
+        k, merge, fusion, pair = self.protocol_best.get(config.protocol, self.best_at)
+        distance = (abs(config.instances - k) + (config.merge != merge) + (config.fusion != fusion)
+                    + (config.pair_threadblocks != pair))
+        return 100.0 + self.offset[config.protocol] + 10.0 * distance
+
+    def seen(self, config, size):
+        return config in self.timed
+
+    def time(self, config, size):
+        from collsynth.tune.evaluate import Timing
+
+        if config not in self.timed:
+            self.timed.append(config)
+        return Timing(self._t(config), 1.0, size)
+
+    def time_below(self, config, size, limit):
+        return self.time(config, size).time_us
+
+    def bound(self, config, size):
+        return -math.inf
+
+
+def test_a_candidates_later_descents_start_from_its_best_resources(monkeypatch):
+    import collsynth.tune.search as search
+
+    candidate = algorithm_candidate(ring_allgather(4), ring(4), "allgather")
+    far = (4, "stage", False, False)  # far from the grid's start (x1 contiguous, fused, paired)
+    lent = _SyntheticEvaluator(candidate, far)
+    result = tune_size(lent, 1 << 30)
+    assert result.best == Config(candidate.name, "Simple", *far)
+    # the LL128 descent (the second: LL's start is slower) begins at Simple's best resources, so its first
+    # step away from the grid's start is straight there, and from there it only checks the neighbours
+    ll128 = [c for c in lent.timed if c.protocol == "LL128"]
+    assert ll128[:2] == [Config(candidate.name, "LL128"), Config(candidate.name, "LL128", *far)]
+    assert all(c.instances in (3, 4, 5) for c in ll128[1:])
+    monkeypatch.setattr(search, "_better_start", lambda walk, start, warm: start)  # each descent from its own start
+    alone = _SyntheticEvaluator(candidate, far)
+    old = tune_size(alone, 1 << 30)
+    assert old.best == result.best and result.evaluations < old.evaluations
+    assert len([c for c in alone.timed if c.protocol == "LL128"]) > len(ll128)
+
+
+def test_a_slower_lent_start_is_not_taken():
+    candidate = algorithm_candidate(ring_allgather(4), ring(4), "allgather")
+    # LL128 is fastest at the grid's start, where Simple's best resources are 8 grid steps away
+    evaluator = _SyntheticEvaluator(candidate, (4, "stage", False, False),
+                                    protocol_best={"LL128": (1, "contiguous", True, True)},
+                                    offset={"Simple": 0.0, "LL": 500.0, "LL128": -5.0})
+    result = tune_size(evaluator, 1 << 30)
+    assert result.best == Config(candidate.name, "LL128")
+    lent = Config(candidate.name, "LL128", 4, "stage", False, False)
+    assert lent in evaluator.timed  # tried as the start, found slower than the grid's start, not walked from
+    after = evaluator.timed[evaluator.timed.index(lent) + 1:]
+    assert all(c.protocol != "LL128" or c.instances <= 2 for c in after)  # the walk stays near the grid's start
