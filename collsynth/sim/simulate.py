@@ -184,32 +184,50 @@ def busy_bound_us(ir: Algo, topology: Topology, size: int, *, dtype: str = "floa
     lane of each switch it crosses) for its whole duration, so the busiest link's total, and each switch's
     total over its lanes, are no more than the makespan. Cheap (no planning, no event loop): for pruning
     searches. Assumes an IR that `simulate` accepts (links exist)."""
-    model = model or SimModel()
-    _, elem_bytes = dtype_info(dtype)
-    nccl = nccl_size(ir.collective, ir.ngpus, int(size), elem_bytes)
-    chunk_bytes = nccl.size_bytes / ir.nchunksperloop
-    ntiles = max(1, math.ceil(chunk_bytes / model.tile_for(ir.proto)))
-    slice_mb = chunk_bytes / ntiles / MB
-    links = {(link.src, link.dst): link for link in topology.link_list}
-    counts: dict[tuple[int, int], tuple[int, int]] = {}  # link -> (sending steps, chunk slices) per tile
+    return profile_bound_us(link_profile(ir), ir.nchunksperloop, ir.collective, ir.ngpus, ir.proto, topology, size,
+                            dtype=dtype, model=model)
+
+
+# Per link (src, dst) that the IR sends on: its sending steps and their chunk counts (sum of cnt) per tile.
+LinkProfile = dict[tuple[int, int], tuple[int, int]]
+
+
+def link_profile(ir: Algo) -> LinkProfile:
+    """What `busy_bound_us` reads of an IR besides its header: per link, the sending steps and chunks a tile."""
+    counts: LinkProfile = {}
     for gpu in ir.gpus:
         for tb in gpu.tbs:
             sends = [step.cnt for step in tb.steps if step.type in SENDING_TYPES]
             if sends:
                 steps, cnt = counts.get((gpu.id, tb.send), (0, 0))
                 counts[(gpu.id, tb.send)] = (steps + len(sends), cnt + sum(sends))
+    return counts
+
+
+def profile_bound_us(counts: LinkProfile, nchunksperloop: int, collective: str, ngpus: int, proto: str,
+                     topology: Topology, size: int, *, dtype: str = "float32", model: SimModel | None = None) -> float:
+    """`busy_bound_us` of an IR with this link profile and header (the tuner derives profiles it has not
+    compiled; collsynth.tune.evaluate). Switch totals are summed in link order, whatever order `counts` has."""
+    model = model or SimModel()
+    _, elem_bytes = dtype_info(dtype)
+    nccl = nccl_size(collective, ngpus, int(size), elem_bytes)
+    chunk_bytes = nccl.size_bytes / nchunksperloop
+    ntiles = max(1, math.ceil(chunk_bytes / model.tile_for(proto)))
+    slice_mb = chunk_bytes / ntiles / MB
+    links = {(link.src, link.dst): link for link in topology.link_list}
     busy: dict[tuple[int, int], float] = {}
     switch_busy = [0.0] * len(topology.switches)
-    for pair, (steps, cnt) in counts.items():
+    for pair in sorted(counts):
+        steps, cnt = counts[pair]
         link = links.get(pair)
         if link is None:
             return 0.0  # simulate will name the missing link; no bound
         crossed = [i for i, switch in enumerate(topology.switches) if pair in switch.links]
         alpha = link.alpha_us
         beta = max([link.beta_us_per_mb] + [topology.switches[i].beta_us_per_mb for i in crossed])
-        if ir.proto != "Simple":
-            alpha *= protocol.latency_scale(ir.proto, link.kind)
-            beta *= protocol.beta_scale(ir.proto)
+        if proto != "Simple":
+            alpha *= protocol.latency_scale(proto, link.kind)
+            beta *= protocol.beta_scale(proto)
         busy[pair] = ntiles * (steps * alpha + cnt * slice_mb * beta)
         for i in crossed:
             switch_busy[i] += busy[pair]

@@ -30,12 +30,13 @@ from collsynth.language.lower import lower_to_program
 from collsynth.language.program import Program
 from collsynth.sim import SimModel, SimRow, simulate
 from collsynth.sim.engine import NotFaster, Plan, plan
-from collsynth.sim.simulate import busy_bound_us
+from collsynth.sim.simulate import LinkProfile, busy_bound_us, link_profile, profile_bound_us
 from collsynth.topologies import Topology
 from collsynth.tune.space import Candidate, Config, TuneError
 
 BACKENDS = ("sim", "cuda")
 _Build = tuple[str, int, str, bool, bool, bool, bool]  # algorithm, instances, merge, fusion, pairing, timed order/merge
+_Variant = tuple[str, str, bool, bool, bool, bool]  # _Build less the instance count
 _Lowered = tuple[str, str]  # algorithm, merge
 _Simulated = tuple[Plan, str, str, int, int, int]  # plan, protocol (tiles), collective, ranks, chunks per loop, size
 
@@ -83,6 +84,8 @@ class Evaluator:
         self._rows_at_least: dict[_Simulated, float] = {}  # proved by a simulation stopped early (time_below)
         self._timings: dict[tuple[Config, int], Timing] = {}
         self._at_least: dict[tuple[Config, int], float] = {}  # the same, per configuration and size
+        # per variant: one compiled instance count >= 2, its chunks per loop and link profile (_derived_bound)
+        self._profiles: dict[_Variant, tuple[int, int, LinkProfile]] = {}
 
     def subset(self, names: list[str] | tuple[str, ...]) -> Evaluator:
         """An evaluator of some of the candidates that shares this one's compiled IRs and timings."""
@@ -91,6 +94,7 @@ class Evaluator:
         sub._programs, sub._irs, sub._plans, sub._rows = self._programs, self._irs, self._plans, self._rows
         sub._forms = self._forms
         sub._rows_at_least, sub._timings, sub._at_least = self._rows_at_least, self._timings, self._at_least
+        sub._profiles = self._profiles
         return sub
 
     @property
@@ -126,6 +130,10 @@ class Evaluator:
                                                  timed_order=config.timed_order, **options)
             except CollsynthError as exc:
                 self._irs[key] = str(exc)
+            built = self._irs[key]
+            variant = key[:1] + key[2:]
+            if config.instances >= 2 and variant not in self._profiles and not isinstance(built, str):
+                self._profiles[variant] = config.instances, built.nchunksperloop, link_profile(built)
         return self._irs[key]
 
     def time(self, config: Config, size: int) -> Timing:
@@ -171,6 +179,43 @@ class Evaluator:
         except CollsynthError:
             return math.inf
         return max(busy, self._at_least.get((config, size), -math.inf))
+
+    def bound_reaches(self, config: Config, size: int, limit: float) -> bool:
+        """Whether `bound(config, size) >= limit`, answered without compiling `config` where a bound derived
+        from another instance count of it already reaches `limit` (_derived_bound): that bound is the compiled
+        one exactly, or below it where the compile fails (its bound is then infinite), so the answer is the
+        same; otherwise `bound` answers."""
+        if self.backend == "sim" and (config, size) not in self._timings:
+            key = (config.algorithm, config.instances, config.merge, config.fusion, config.pair_threadblocks,
+                   config.timed_order, config.timed_merge)
+            if key not in self._irs:
+                derived = self._derived_bound(config, size)
+                if derived is not None and derived >= limit:
+                    return True
+        return self.bound(config, size) >= limit
+
+    def _derived_bound(self, config: Config, size: int) -> float | None:
+        """`bound` of `config` from a compiled count k0 >= 2 of its variant (None: none, or `config` has one
+        instance). For two or more instances, compile_program replicates one placed form, the same for every
+        count (the passes before replicate_instances read only whether there is more than one: pipeline.py),
+        and the copies add no sends (only waits), so each link's sending steps and chunks a tile, and the chunks
+        per loop, are k / k0 times k0's; tests/tune/test_evaluate_cache.py checks it against compiled IRs."""
+        variant = (config.algorithm, config.merge, config.fusion, config.pair_threadblocks, config.timed_order,
+                   config.timed_merge)
+        if config.instances < 2 or variant not in self._profiles:
+            return None
+        k0, nchunks, counts = self._profiles[variant]
+        k = config.instances
+        if nchunks * k % k0 or any(steps * k % k0 or cnt * k % k0 for steps, cnt in counts.values()):
+            return None
+        scaled = {pair: (steps * k // k0, cnt * k // k0) for pair, (steps, cnt) in counts.items()}
+        built = self._irs[(config.algorithm, k0, *variant[1:])]
+        assert not isinstance(built, str)
+        try:
+            return profile_bound_us(scaled, nchunks * k // k0, built.collective, built.ngpus, config.protocol,
+                                    self.topology, size, dtype=self.dtype, model=self.model) * (1 - 1e-9)
+        except CollsynthError:
+            return None
 
     def seen(self, config: Config, size: int) -> bool:
         return (config, size) in self._timings

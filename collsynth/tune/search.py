@@ -85,6 +85,10 @@ class _Walk:
         """A lower bound on time(config) that runs no simulation (Evaluator.bound)."""
         return self.evaluator.bound(config, self.size)
 
+    def bound_reaches(self, config: Config, limit: float) -> bool:
+        """bound(config) >= limit, where possible without compiling config (Evaluator.bound_reaches)."""
+        return self.evaluator.bound_reaches(config, self.size, limit)
+
 
 def descend(walk: _Walk, grid: Grid, candidate: Candidate, start: Config) -> tuple[Config, float]:
     """Coordinate descent over the resource axes from `start` (see the module docstring)."""
@@ -101,7 +105,7 @@ def descend(walk: _Walk, grid: Grid, candidate: Candidate, start: Config) -> tup
                 found, found_t = best, best_t
                 for value in values:
                     config = replace(best, **dict(zip(axes, value, strict=True)))
-                    if walk.bound(config) >= found_t:
+                    if walk.bound_reaches(config, found_t):
                         continue  # cannot be faster than what this axis found: the same path, one simulation less
                     t = walk.time_below(config, found_t)
                     if t < found_t:
@@ -122,7 +126,7 @@ def _line_search(walk: _Walk, best: Config, best_t: float, axis: str,
         moved = False
         while 0 <= k < len(values):
             config = replace(best, **{axis: values[k]})
-            if walk.bound(config) >= best_t:
+            if walk.bound_reaches(config, best_t):
                 break  # not faster, as the simulation would have said
             t = walk.time_below(config, best_t)
             if not t < best_t:

@@ -131,3 +131,39 @@ def test_time_below_answers_what_time_answers_and_remembers_a_stop(monkeypatch):
     assert evaluator.bound(config, size) >= exact / 2  # the proof is kept as a bound ...
     assert evaluator.time_below(config, size, exact / 3) >= exact / 3 and len(simulations) == 1  # ... and reused
     assert evaluator.time(config, size).time_us == exact and len(simulations) == 2  # time() always finishes
+
+
+@pytest.mark.parametrize("topology", ["ring", "fattree"])
+def test_a_bound_derived_from_another_instance_count_is_the_compiled_one(topology, monkeypatch):
+    from collsynth.topologies import resolve_topology
+    from collsynth.tune.candidates import library_candidates as library
+
+    topo = ring(4) if topology == "ring" else resolve_topology("fattree:4")  # fattree: switch ports
+    cands = [algorithm_candidate(replace(ring_allgather(4), topology=topo) if topology == "ring" else
+                                 Algorithm("direct-ag", topo, make_collective("allgather", 8), (Step(7, tuple(
+                                     Send(r, r, d) for r in range(8) for d in range(8) if d != r)),)),
+                                 topo, "allgather")] + library(topo, "allgather")
+    grid = Grid(instances=(2, 3, 4, 5, 6))
+    compiled = Evaluator(topo, cands)
+    derived = Evaluator(topo, cands)
+    checked = 0
+    for cand in cands:
+        for config in grid.every(cand):
+            first = replace(config, instances=2)
+            derived.ir(first)  # the one count of this variant that is compiled
+            for size in (1 << 10, 1 << 22, 1 << 30):
+                from_two = derived._derived_bound(config, size)
+                assert from_two is not None
+                assert from_two == compiled.bound(config, size)  # bit for bit
+                checked += 1
+    assert checked > 100
+    # bound_reaches compiles nothing when the derived bound answers, and answers what bound() does
+    config = Config(cands[0].name, "Simple", 6, "stage")
+    size = 1 << 30
+    exact = compiled.bound(config, size)
+    compiles = counting(monkeypatch, "compile_program")
+    assert derived.bound_reaches(config, size, exact) and derived.bound_reaches(config, size, exact * 0.5)
+    assert len(compiles) == 0
+    assert not derived.bound_reaches(config, size, exact * 1.5) and len(compiles) == 1  # compiled to say no
+    assert Evaluator(topo, cands)._derived_bound(config, size) is None  # nothing compiled: nothing to derive from
+    assert derived._derived_bound(replace(config, instances=1), size) is None  # one instance: another front form

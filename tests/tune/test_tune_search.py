@@ -87,6 +87,9 @@ class _FakeWalk:
     def bound(self, config):
         return -math.inf  # no lower bound: every step of the walk is timed
 
+    def bound_reaches(self, config, limit):
+        return False
+
 
 def test_line_search_follows_unimodal_axis_to_its_minimum():
     walk = _FakeWalk()
@@ -164,6 +167,9 @@ class _CoupledWalk:
 
     def bound(self, config):
         return -math.inf
+
+    def bound_reaches(self, config, limit):
+        return False
 
 
 def test_descent_changes_merging_fusion_and_pairing_together():
@@ -268,6 +274,9 @@ class _SyntheticEvaluator:
 
     def bound(self, config, size):
         return -math.inf
+
+    def bound_reaches(self, config, size, limit):
+        return False
 
 
 def test_a_candidates_later_descents_start_from_its_best_resources(monkeypatch):
