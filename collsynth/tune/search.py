@@ -11,7 +11,8 @@ its values. Passes repeat until one changes nothing. `exhaustive_size` times eve
 same grid (the reference).
 
 The descent only asks whether a configuration beats the time to beat, so a configuration is not simulated
-when a bound that runs no simulation already says no, and its simulation stops as soon as it proves no (the
+when a bound that runs no simulation already says no (nor compiled, where the bound derived from another
+instance count of it says no: Evaluator.bound_reaches), and its simulation stops as soon as it proves no (the
 simulator's `stop_at`). Neither changes a decision, the path, the pick or its time. Every simulation, stopped or
 not, is an evaluation; the trace holds those simulated to the end, and `stopped` counts the others.
 """

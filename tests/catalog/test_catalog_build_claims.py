@@ -168,7 +168,7 @@ def test_signals_keep_finished_work_and_leave_nothing_behind(tmp_path: Path, sig
             time.sleep(2)
             os.killpg(build.pid, signal.SIGKILL)
             _, stderr = build.communicate()
-            raise AssertionError(f"the build was still running 60 s after the signal; its stacks:\n{stderr}")
+            raise AssertionError(f"the build was still running 60 s after the signal; its stacks:\n{stderr}") from None
     finally:
         if build.poll() is None:
             os.killpg(build.pid, signal.SIGKILL)

@@ -60,7 +60,7 @@ def test_the_inserted_waits_read_and_compare_as_a_plain_dependencies():
     for name, placement in list(_placements())[:4]:
         made = insert_dependencies(placement)  # (its waits are made when first read)
         plain = Dependencies(placement, _waits_per_step(placement, _waits_by_definition(placement)))
-        assert made == plain and plain == made and not made != plain, name
+        assert made == plain and plain == made and not made != plain, name  # noqa: SIM202 (__ne__ too)
         assert str(made) == str(plain) and made.count == plain.count, name
         other = Dependencies(placement, tuple(tuple(((),) * len(plan.instrs) for plan in tbs) for tbs in placement.tbs))
         assert (made == other) == (plain == other), name
