@@ -143,7 +143,7 @@ def test_a_bound_derived_from_another_instance_count_is_the_compiled_one(topolog
                                  Algorithm("direct-ag", topo, make_collective("allgather", 8), (Step(7, tuple(
                                      Send(r, r, d) for r in range(8) for d in range(8) if d != r)),)),
                                  topo, "allgather")] + library(topo, "allgather")
-    grid = Grid(instances=(2, 3, 4, 5, 6))
+    grid = Grid(instances=(2, 3, 5))
     compiled = Evaluator(topo, cands)
     derived = Evaluator(topo, cands)
     checked = 0
@@ -151,12 +151,12 @@ def test_a_bound_derived_from_another_instance_count_is_the_compiled_one(topolog
         for config in grid.every(cand):
             first = replace(config, instances=2)
             derived.ir(first)  # the one count of this variant that is compiled
-            for size in (1 << 10, 1 << 22, 1 << 30):
+            for size in (1 << 10, 1 << 30):
                 from_two = derived._derived_bound(config, size)
                 assert from_two is not None
                 assert from_two == compiled.bound(config, size)  # bit for bit
                 checked += 1
-    assert checked > 100
+    assert checked > 50
     # bound_reaches compiles nothing when the derived bound answers, and answers what bound() does
     config = Config(cands[0].name, "Simple", 6, "stage")
     size = 1 << 30
