@@ -84,8 +84,8 @@ class Evaluator:
         self._rows_at_least: dict[_Simulated, float] = {}  # proved by a simulation stopped early (time_below)
         self._timings: dict[tuple[Config, int], Timing] = {}
         self._at_least: dict[tuple[Config, int], float] = {}  # the same, per configuration and size
-        # per variant: one compiled instance count >= 2, its chunks per loop and link profile (_derived_bound)
-        self._profiles: dict[_Variant, tuple[int, int, LinkProfile]] = {}
+        # per variant: one compiled instance count >= 2, its IR and that IR's link profile (_derived_bound)
+        self._profiles: dict[_Variant, tuple[int, Algo, LinkProfile]] = {}
 
     def subset(self, names: list[str] | tuple[str, ...]) -> Evaluator:
         """An evaluator of some of the candidates that shares this one's compiled IRs and timings."""
@@ -110,8 +110,7 @@ class Evaluator:
         return replace(built, proto=config.protocol)
 
     def _build(self, config: Config) -> Algo | str:
-        key = (config.algorithm, config.instances, config.merge, config.fusion, config.pair_threadblocks,
-               config.timed_order, config.timed_merge)
+        key = _build_key(config)
         if key not in self._irs:
             candidate = self.candidates[config.algorithm]
             try:
@@ -131,9 +130,8 @@ class Evaluator:
             except CollsynthError as exc:
                 self._irs[key] = str(exc)
             built = self._irs[key]
-            variant = key[:1] + key[2:]
-            if config.instances >= 2 and variant not in self._profiles and not isinstance(built, str):
-                self._profiles[variant] = config.instances, built.nchunksperloop, link_profile(built)
+            if config.instances >= 2 and _variant(key) not in self._profiles and not isinstance(built, str):
+                self._profiles[_variant(key)] = config.instances, built, link_profile(built)
         return self._irs[key]
 
     def time(self, config: Config, size: int) -> Timing:
@@ -185,13 +183,10 @@ class Evaluator:
         from another instance count of it already reaches `limit` (_derived_bound): that bound is the compiled
         one exactly, or below it where the compile fails (its bound is then infinite), so the answer is the
         same; otherwise `bound` answers."""
-        if self.backend == "sim" and (config, size) not in self._timings:
-            key = (config.algorithm, config.instances, config.merge, config.fusion, config.pair_threadblocks,
-                   config.timed_order, config.timed_merge)
-            if key not in self._irs:
-                derived = self._derived_bound(config, size)
-                if derived is not None and derived >= limit:
-                    return True
+        if self.backend == "sim" and (config, size) not in self._timings and _build_key(config) not in self._irs:
+            derived = self._derived_bound(config, size)
+            if derived is not None and derived >= limit:
+                return True
         return self.bound(config, size) >= limit
 
     def _derived_bound(self, config: Config, size: int) -> float | None:
@@ -200,17 +195,14 @@ class Evaluator:
         count (the passes before replicate_instances read only whether there is more than one: pipeline.py),
         and the copies add no sends (only waits), so each link's sending steps and chunks a tile, and the chunks
         per loop, are k / k0 times k0's; tests/tune/test_evaluate_cache.py checks it against compiled IRs."""
-        variant = (config.algorithm, config.merge, config.fusion, config.pair_threadblocks, config.timed_order,
-                   config.timed_merge)
+        variant = _variant(_build_key(config))
         if config.instances < 2 or variant not in self._profiles:
             return None
-        k0, nchunks, counts = self._profiles[variant]
-        k = config.instances
+        k0, built, counts = self._profiles[variant]
+        k, nchunks = config.instances, built.nchunksperloop
         if nchunks * k % k0 or any(steps * k % k0 or cnt * k % k0 for steps, cnt in counts.values()):
             return None
         scaled = {pair: (steps * k // k0, cnt * k // k0) for pair, (steps, cnt) in counts.items()}
-        built = self._irs[(config.algorithm, k0, *variant[1:])]
-        assert not isinstance(built, str)
         try:
             return profile_bound_us(scaled, nchunks * k // k0, built.collective, built.ngpus, config.protocol,
                                     self.topology, size, dtype=self.dtype, model=self.model) * (1 - 1e-9)
@@ -261,3 +253,14 @@ class Evaluator:
             except CollsynthError as exc:
                 self._plans[config] = str(exc)
         return self._plans[config]
+
+
+def _build_key(config: Config) -> _Build:
+    """What compile_program reads of a configuration (not its protocol: that is set on the IR afterwards)."""
+    return (config.algorithm, config.instances, config.merge, config.fusion, config.pair_threadblocks,
+            config.timed_order, config.timed_merge)
+
+
+def _variant(key: _Build) -> _Variant:
+    """A build key less its instance count."""
+    return (key[0], *key[2:])
