@@ -178,6 +178,23 @@ class Evaluator:
             return math.inf
         return max(busy, self._at_least.get((config, size), -math.inf))
 
+    def floor(self, config: Config, size: int) -> float:
+        """A lower bound on `time` at `size` of every configuration that differs from `config` only in its
+        resources (instances, merging, fusion, threadblocks, order): the busiest link's, or switch's, transfer
+        time less its alphas. Each link carries the same share of the buffer in all of them, the schedule's
+        (sending steps merge or split, but the chunks per loop they move scale with the chunks per loop:
+        tests/tune/test_tune_search.py checks it over whole grids). -inf where `config` cannot be built, or on
+        a GPU backend (no bound)."""
+        built = self._build(config)
+        if isinstance(built, str) or self.backend != "sim":
+            return -math.inf
+        volume = {pair: (0, cnt) for pair, (_, cnt) in link_profile(built).items()}
+        try:
+            return profile_bound_us(volume, built.nchunksperloop, built.collective, built.ngpus, config.protocol,
+                                    self.topology, size, dtype=self.dtype, model=self.model) * (1 - 1e-9)
+        except CollsynthError:
+            return -math.inf
+
     def bound_reaches(self, config: Config, size: int, limit: float) -> bool:
         """Whether `bound(config, size) >= limit`, answered without compiling `config` where a bound derived
         from another instance count of it already reaches `limit` (_derived_bound): that bound is the compiled

@@ -13,7 +13,11 @@ same grid (the reference).
 The descent only asks whether a configuration beats the time to beat, so a configuration is not simulated
 when a bound that runs no simulation already says no (nor compiled, where the bound derived from another
 instance count of it says no: Evaluator.bound_reaches), and its simulation stops as soon as it proves no (the
-simulator's `stop_at`). Neither changes a decision, the path, the pick or its time. Every simulation, stopped or
+simulator's `stop_at`). Neither changes a decision, the path, the pick or its time. Likewise a whole descent
+is skipped where no configuration of its algorithm and protocol can beat the best found so far (the busiest
+link's transfer time, which the resources do not change: Evaluator.floor; at 1GB on DGX-1, LL128's 120/128
+bandwidth puts every LL128 configuration behind the best Simple one); that changes no pick, only shortens the
+path. Every simulation, stopped or
 not, is an evaluation; the trace holds those simulated to the end, and `stopped` counts the others.
 """
 
@@ -85,6 +89,10 @@ class _Walk:
     def bound(self, config: Config) -> float:
         """A lower bound on time(config) that runs no simulation (Evaluator.bound)."""
         return self.evaluator.bound(config, self.size)
+
+    def floor(self, config: Config) -> float:
+        """A lower bound on the time of every configuration of config's algorithm and protocol (Evaluator.floor)."""
+        return self.evaluator.floor(config, self.size)
 
     def bound_reaches(self, config: Config, limit: float) -> bool:
         """bound(config) >= limit, where possible without compiling config (Evaluator.bound_reaches)."""
@@ -168,6 +176,8 @@ def _tune_size(evaluator: Evaluator, size: int, grid: Grid, warm: Config | None,
     best_t = math.inf
     found: dict[str, tuple[Config, float]] = {}  # per candidate: the best of its walks so far
     for candidate, start in starts:
+        if walk.floor(start) >= best_t:
+            continue  # nothing this descent could reach is faster than the best found: the pick stays
         if candidate.name in found:
             start = _better_start(walk, start, _warm_start(start, found[candidate.name][0], grid, candidate))
         config, t = descend(walk, grid, candidate, start)

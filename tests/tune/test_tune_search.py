@@ -230,6 +230,8 @@ def test_search_path_is_the_recorded_one(size):
 def test_stopped_simulations_change_no_decision(size, monkeypatch):
     topo = fully_connected(4)
     cands = candidates(topo, [replace(direct_allgather(4), topology=topo)])
+    # every descent runs (the LL ones, which the stops are in here, would otherwise be skipped whole: floor)
+    monkeypatch.setattr(Evaluator, "floor", lambda self, config, size: -math.inf)
     stopping = tune_size(Evaluator(topo, cands), size, SMALL)
     assert stopping.stopped >= 1  # the case exercises it: some configuration was ruled out mid-simulation
     monkeypatch.setattr(Evaluator, "time_below", lambda self, config, size, limit: self.time(config, size).time_us)
@@ -278,6 +280,9 @@ class _SyntheticEvaluator:
     def bound_reaches(self, config, size, limit):
         return False
 
+    def floor(self, config, size):
+        return -math.inf
+
 
 def test_a_candidates_later_descents_start_from_its_best_resources(monkeypatch):
     import collsynth.tune.search as search
@@ -311,3 +316,30 @@ def test_a_slower_lent_start_is_not_taken():
     assert lent in evaluator.timed  # tried as the start, found slower than the grid's start, not walked from
     after = evaluator.timed[evaluator.timed.index(lent) + 1:]
     assert all(c.protocol != "LL128" or c.instances <= 2 for c in after)  # the walk stays near the grid's start
+
+
+@pytest.mark.parametrize("size", [1 << 20, 1 << 30])
+def test_floor_bounds_every_configuration_of_an_algorithm_and_protocol(size):
+    topo = ring(4)
+    grid = Grid(instances=(1, 2, 3))
+    evaluator = Evaluator(topo, candidates(topo, [ring_allgather(4)]))
+    for candidate in evaluator.candidates.values():
+        for protocol in grid.protocols:
+            configs = [c for c in grid.every(candidate) if c.protocol == protocol]
+            floors = [evaluator.floor(c, size) for c in configs]
+            assert max(floors) <= min(floors) * (1 + 1e-12)  # the resources do not move it
+            for config, floor in zip(configs, floors, strict=True):
+                assert 0 < floor <= evaluator.time(config, size).time_us
+
+
+def test_a_descent_that_cannot_win_is_skipped_and_the_pick_stays(monkeypatch):
+    topo = ring(4)
+    cands = candidates(topo, [ring_allgather(4)])
+    skipping = tune_size(Evaluator(topo, cands), 1 << 30)
+    monkeypatch.setattr(Evaluator, "floor", lambda self, config, size: -math.inf)
+    every = tune_size(Evaluator(topo, cands), 1 << 30)
+    assert (skipping.best, skipping.timing) == (every.best, every.timing)
+    assert skipping.evaluations < every.evaluations
+    # at 1GB no LL128 configuration can beat Simple's best on NVLink: only LL128's starts were timed
+    walked = [c for c, _ in every.trace if c.protocol == "LL128" and c.instances > 1]
+    assert walked and not [c for c, _ in skipping.trace if c.protocol == "LL128" and c.instances > 1]
