@@ -13,12 +13,14 @@ same grid (the reference).
 The descent only asks whether a configuration beats the time to beat, so a configuration is not simulated
 when a bound that runs no simulation already says no (nor compiled, where the bound derived from another
 instance count of it says no: Evaluator.bound_reaches), and its simulation stops as soon as it proves no (the
-simulator's `stop_at`). Neither changes a decision, the path, the pick or its time. Likewise a whole descent
-is skipped where no configuration of its algorithm and protocol can beat the best found so far (the busiest
-link's transfer time, which the resources do not change: Evaluator.floor; at 1GB on DGX-1, LL128's 120/128
-bandwidth puts every LL128 configuration behind the best Simple one); that changes no pick, only shortens the
-path. Every simulation, stopped or
-not, is an evaluation; the trace holds those simulated to the end, and `stopped` counts the others.
+simulator's `stop_at`). Neither changes a decision, the path, the pick or its time. Every simulation, stopped
+or not, is an evaluation; the trace holds those simulated to the end, and `stopped` counts the others.
+
+A whole descent is skipped where no configuration of its algorithm and protocol can beat the best found so
+far: its floor, the busiest link's transfer time, does not depend on the resources (Evaluator.floor). At 1GB
+on DGX-1 that is every LL128 descent (LL128 carries 120 bytes of data in 128, Simple's best is faster). What
+the descent would have found could not be picked; the only other effect is that a later descent of the same
+candidate borrows from its other walks.
 """
 
 from __future__ import annotations
