@@ -30,7 +30,7 @@ from collsynth.language.lower import lower_to_program
 from collsynth.language.program import Program
 from collsynth.sim import SimModel, SimRow, simulate
 from collsynth.sim.engine import NotFaster, Plan, plan
-from collsynth.sim.simulate import LinkProfile, busy_bound_us, link_profile, profile_bound_us
+from collsynth.sim.simulate import LinkProfile, link_profile, profile_bound_us
 from collsynth.topologies import Topology
 from collsynth.tune.space import Candidate, Config, TuneError
 
@@ -84,8 +84,8 @@ class Evaluator:
         self._rows_at_least: dict[_Simulated, float] = {}  # proved by a simulation stopped early (time_below)
         self._timings: dict[tuple[Config, int], Timing] = {}
         self._at_least: dict[tuple[Config, int], float] = {}  # the same, per configuration and size
-        # per variant: one compiled instance count >= 2, its IR and that IR's link profile (_derived_bound)
-        self._profiles: dict[_Variant, tuple[int, Algo, LinkProfile]] = {}
+        self._links: dict[_Build, LinkProfile] = {}  # per compiled build: what the link bounds read of it
+        self._profiled: dict[_Variant, int] = {}  # per variant: its first compiled instance count >= 2 (_derived_bound)
 
     def subset(self, names: list[str] | tuple[str, ...]) -> Evaluator:
         """An evaluator of some of the candidates that shares this one's compiled IRs and timings."""
@@ -94,7 +94,7 @@ class Evaluator:
         sub._programs, sub._irs, sub._plans, sub._rows = self._programs, self._irs, self._plans, self._rows
         sub._forms = self._forms
         sub._rows_at_least, sub._timings, sub._at_least = self._rows_at_least, self._timings, self._at_least
-        sub._profiles = self._profiles
+        sub._links, sub._profiled = self._links, self._profiled
         return sub
 
     @property
@@ -129,9 +129,8 @@ class Evaluator:
                                                  timed_order=config.timed_order, **options)
             except CollsynthError as exc:
                 self._irs[key] = str(exc)
-            built = self._irs[key]
-            if config.instances >= 2 and _variant(key) not in self._profiles and not isinstance(built, str):
-                self._profiles[_variant(key)] = config.instances, built, link_profile(built)
+            if config.instances >= 2 and not isinstance(self._irs[key], str):
+                self._profiled.setdefault(_variant(key), config.instances)
         return self._irs[key]
 
     def time(self, config: Config, size: int) -> Timing:
@@ -170,11 +169,8 @@ class Evaluator:
             return math.inf
         if self.backend != "sim":
             return 0.0
-        try:
-            # less a relative 1e-9: the bound can be tight, and its sum rounds differently from the simulation's
-            busy = busy_bound_us(replace(built, proto=config.protocol), self.topology, size, dtype=self.dtype,
-                                 model=self.model) * (1 - 1e-9)
-        except CollsynthError:
+        busy = self._link_bound(self._link_profile(config), built.nchunksperloop, built, config.protocol, size)
+        if busy is None:
             return math.inf
         return max(busy, self._at_least.get((config, size), -math.inf))
 
@@ -188,12 +184,9 @@ class Evaluator:
         built = self._build(config)
         if isinstance(built, str) or self.backend != "sim":
             return -math.inf
-        volume = {pair: (0, cnt) for pair, (_, cnt) in link_profile(built).items()}
-        try:
-            return profile_bound_us(volume, built.nchunksperloop, built.collective, built.ngpus, config.protocol,
-                                    self.topology, size, dtype=self.dtype, model=self.model) * (1 - 1e-9)
-        except CollsynthError:
-            return -math.inf
+        volume = {pair: (0, cnt) for pair, (_, cnt) in self._link_profile(config).items()}
+        floor = self._link_bound(volume, built.nchunksperloop, built, config.protocol, size)
+        return -math.inf if floor is None else floor
 
     def bound_reaches(self, config: Config, size: int, limit: float) -> bool:
         """Whether `bound(config, size) >= limit`, answered without compiling `config` where a bound derived
@@ -212,16 +205,32 @@ class Evaluator:
         count (the passes before replicate_instances read only whether there is more than one: pipeline.py),
         and the copies add no sends (only waits), so each link's sending steps and chunks a tile, and the chunks
         per loop, are k / k0 times k0's; tests/tune/test_evaluate_cache.py checks it against compiled IRs."""
-        variant = _variant(_build_key(config))
-        if config.instances < 2 or variant not in self._profiles:
+        k0 = self._profiled.get(_variant(_build_key(config)))
+        if config.instances < 2 or k0 is None:
             return None
-        k0, built, counts = self._profiles[variant]
-        k, nchunks = config.instances, built.nchunksperloop
-        if nchunks * k % k0 or any(steps * k % k0 or cnt * k % k0 for steps, cnt in counts.values()):
+        compiled = replace(config, instances=k0)
+        built, counts, k = self._build(compiled), self._link_profile(compiled), config.instances
+        assert not isinstance(built, str)  # only compiled counts are recorded
+        if built.nchunksperloop * k % k0 or any(steps * k % k0 or cnt * k % k0 for steps, cnt in counts.values()):
             return None
         scaled = {pair: (steps * k // k0, cnt * k // k0) for pair, (steps, cnt) in counts.items()}
+        return self._link_bound(scaled, built.nchunksperloop * k // k0, built, config.protocol, size)
+
+    def _link_profile(self, config: Config) -> LinkProfile:
+        """link_profile of config's compiled IR (which must exist), made once per build."""
+        key = _build_key(config)
+        if key not in self._links:
+            built = self._irs[key]
+            assert not isinstance(built, str)
+            self._links[key] = link_profile(built)
+        return self._links[key]
+
+    def _link_bound(self, counts: LinkProfile, nchunks: int, built: Algo, protocol: str, size: int) -> float | None:
+        """profile_bound_us of this link profile and chunks per loop, with `built`'s collective and ranks, less
+        a relative 1e-9 (the bound can be tight, and its sum rounds differently from the simulation's); None
+        where the simulator refuses it."""
         try:
-            return profile_bound_us(scaled, nchunks * k // k0, built.collective, built.ngpus, config.protocol,
+            return profile_bound_us(counts, nchunks, built.collective, built.ngpus, protocol,
                                     self.topology, size, dtype=self.dtype, model=self.model) * (1 - 1e-9)
         except CollsynthError:
             return None
